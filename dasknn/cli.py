@@ -1,0 +1,335 @@
+"""The ``dasknn`` command: argument parsing, progress, JSON output and exit codes.
+
+Every user-fixable problem ends as one line on stderr (``dasknn: error: ...``) and exit status 2; nothing here
+knows how the work is done, only which function does it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .errors import DasknnError
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line like every other error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise DasknnError(f"{self.prog}: {message} (see --help)")
+
+
+class _Progress:
+    """A progress bar on a terminal, silence elsewhere (pipes, --json)."""
+
+    def __init__(self, total: int, desc: str, enabled: bool):
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="", leave=False, file=sys.stderr)
+
+    def to(self, done: int, total: int | None = None) -> None:
+        if self.bar is not None:
+            self.bar.n = done
+            self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _say(args: argparse.Namespace, text: str) -> None:
+    if not getattr(args, "json", False):
+        print(text, file=sys.stderr if getattr(args, "_quiet_stdout", False) else sys.stdout, flush=True)
+
+
+# --- generate ------------------------------------------------------------------------------------------------
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from . import generate
+
+    bar = _Progress(args.layers, "generate", not args.json)
+    t0 = time.perf_counter()
+    try:
+        out = generate.write(args.out, args.neurons, args.layers, args.images, args.seed, truth=args.truth,
+                             overwrite=args.overwrite, progress=bar.to)
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - t0
+    report = {"out": str(out), "neurons": args.neurons, "layers": args.layers, "edges": 32 * args.neurons * args.layers,
+              "images": args.images, "seed": args.seed, "seconds": round(seconds, 3)}
+    _emit(args, report, f"wrote {out}: {args.neurons} neurons x {args.layers} layers, {args.images} images "
+                        f"in {seconds:.1f} s")
+    return 0
+
+
+# --- import / export -----------------------------------------------------------------------------------------
+
+
+def import_network(
+    network: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    inputs: str | os.PathLike[str] | None = None,
+    truth: str | os.PathLike[str] | None = None,
+    layers: int | None = None,
+    bias: float | None = None,
+    ymax: float = 32.0,
+    overwrite: bool = False,
+    progress=None,
+) -> Path:
+    """Import a GraphChallenge network (directory or tar.gz), and optionally its inputs and truth, into a store."""
+    from . import io, store
+    from .network import challenge_bias
+
+    neurons, depth, layer_iter = io.iter_network_layers(network, layers)
+    images = io.read_images(inputs, neurons=neurons) if inputs else None
+    cats = io.read_categories(truth, images.shape[0] if images is not None else None) if truth else None
+    if cats is not None and images is None:
+        raise DasknnError("--truth needs --inputs")
+    b = challenge_bias(neurons) if bias is None else bias
+    with store.StoreWriter(out, neurons, depth, b, ymax, source=os.fspath(network), overwrite=overwrite) as w:
+        for k, layer in enumerate(layer_iter, start=1):
+            w.write_layer(k, layer)
+            if progress is not None:
+                progress(k)
+        if images is not None:
+            w.write_inputs(images, cats)
+    return Path(out)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from .store import open_store
+
+    t0 = time.perf_counter()
+    bar = _Progress(0, "import", not args.json)
+    try:
+        out = import_network(args.network, args.out, args.inputs, args.truth, args.layers, args.bias, args.ymax,
+                             args.overwrite, progress=bar.to)
+    finally:
+        bar.close()
+    s = open_store(out)
+    report = {"out": str(out), "neurons": s.neurons, "layers": s.depth, "edges": s.edges,
+              "images": s.inputs.images if s.inputs else 0, "bytes_on_disk": s.nbytes_on_disk(),
+              "seconds": round(time.perf_counter() - t0, 3)}
+    _emit(args, report, f"wrote {out}: {s.neurons} neurons x {s.depth} layers, {s.edges} edges, "
+                        f"{report['images']} images, {report['bytes_on_disk'] / 1e6:.1f} MB")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from . import io
+    from .store import open_store
+
+    s = open_store(args.store)
+    folder = io.write_network(s.iter_layers(), args.out, s.neurons)
+    written = [str(folder)]
+    if s.inputs is not None:
+        io.write_images(Path(args.out) / f"sparse-images-{s.neurons}.tsv", s.inputs.rows())
+        written.append(f"sparse-images-{s.neurons}.tsv")
+        t = s.inputs.truth()
+        if t is not None:
+            io.write_categories(Path(args.out) / f"neuron{s.neurons}-l{s.depth}-categories.tsv", t)
+            written.append(f"neuron{s.neurons}-l{s.depth}-categories.tsv")
+    _emit(args, {"out": str(args.out), "written": written}, f"wrote {', '.join(written)}")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .store import open_store
+
+    s = open_store(args.store, check="full" if args.check else "auto")
+    report = {"store": str(s.path), "neurons": s.neurons, "layers": s.depth, "edges": s.edges, "bias": s.bias,
+              "ymax": s.ymax, "dtype": s.attrs.get("dtype"), "source": s.source,
+              "images": s.inputs.images if s.inputs else 0,
+              "truth": None if s.inputs is None or s.inputs.truth() is None else int(s.inputs.truth().size),
+              "bytes_on_disk": s.nbytes_on_disk()}
+    _emit(args, report, "\n".join(f"{k:>14}: {v}" for k, v in report.items()))
+    return 0
+
+
+# --- infer ---------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _as_stores(args: argparse.Namespace) -> Iterator[tuple[Path, Path, np.ndarray | None, dict]]:
+    """Resolve --network/--inputs/--truth to stores (importing TSV into a temporary folder) and the truth."""
+    from . import generate, io
+    from .store import is_store, open_inputs, open_store, write_inputs_store
+
+    notes: dict = {}
+    with tempfile.TemporaryDirectory(prefix="dasknn-") as tmp:
+        if args.network is None:
+            if args.inputs is not None:
+                raise DasknnError("--inputs needs --network")
+            bar = _Progress(generate.DEFAULT["layers"], "generating the default network (once)", not args.json)
+            try:
+                network = generate.default_store(progress=bar.to)
+            finally:
+                bar.close()
+            notes["network"] = f"default: {network}"
+        elif is_store(args.network):
+            network = Path(args.network)
+        else:
+            t0 = time.perf_counter()
+            network = import_network(args.network, Path(tmp) / "network.zarr")
+            notes["import_seconds"] = round(time.perf_counter() - t0, 3)
+        neurons = open_store(network, check="metadata").neurons
+        if args.inputs is None:
+            inputs = network
+        elif is_store(args.inputs):
+            inputs = Path(args.inputs)
+        else:
+            inputs = write_inputs_store(Path(tmp) / "inputs.zarr", io.read_images(args.inputs, neurons=neurons),
+                                        source=os.fspath(args.inputs))
+        truth = io.read_categories(args.truth) if args.truth else open_inputs(inputs).truth(args.dtype)
+        yield network, inputs, truth, notes
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    from . import engine, io
+    from .cluster import local_client
+
+    with _as_stores(args) as (network, inputs, truth, notes):
+        bar = _Progress(0, "infer", not args.json)
+
+        def progress(done: int, total: int) -> None:
+            if bar.bar is not None:
+                bar.bar.total = total
+            bar.to(done)
+
+        try:
+            with local_client(args.workers, args.threads_per_worker, args.scheduler) as client:
+                result = engine.infer(network, inputs, client, images=args.batch, chunks=args.chunks,
+                                      dtype=args.dtype, progress=progress)
+        finally:
+            bar.close()
+    cats = result.categories
+    mismatched = None
+    if truth is not None:
+        truth = truth[truth < result.images]
+        mismatched = int(np.setxor1d(cats, truth).size)
+    if args.out:
+        io.write_categories(args.out, cats)
+    report = {
+        "images": result.images, "neurons": result.neurons, "layers": result.layers, "edges": result.edges,
+        "categories": int(cats.size),
+        "matches_truth": None if mismatched is None else mismatched == 0,
+        "mismatched": mismatched,
+        "seconds": round(result.seconds, 4),
+        "edges_per_second": result.edges_per_second,
+        "workers": result.workers, "chunks": result.chunks, "dtype": args.dtype,
+        "load_seconds": round(result.load_seconds, 3),
+        **notes,
+    }
+    verdict = "no truth to compare" if mismatched is None else (
+        "matches the truth" if mismatched == 0 else f"differs from the truth on {mismatched} images")
+    _emit(args, report,
+          f"{result.images} images x {result.layers} layers of {result.neurons} neurons ({result.edges} edges): "
+          f"{cats.size} categories, {verdict}\n"
+          f"inference {result.seconds:.3f} s on {result.workers} workers: {result.edges_per_second:.3e} edges/s")
+    return 0
+
+
+def _emit(args: argparse.Namespace, report: dict, text: str) -> None:
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(text)
+
+
+# --- parser --------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dasknn`` argument parser (exposed for the docs and tests)."""
+    p = _Parser(prog="dasknn", description="Sparse deep neural networks on Dask: GraphChallenge inference, "
+                                           "partitioning and training, out of core.")
+    p.add_argument("--version", action="version", version=f"dasknn {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    g = sub.add_parser("generate", help="make a challenge-like network (and images)",
+                       description="Generate a RadiX-Net-style network: 32 nonzeros per row and column, values 1/16.")
+    g.add_argument("--neurons", type=int, required=True, help="neurons per layer (a power of two, e.g. 1024)")
+    g.add_argument("--layers", type=int, required=True, help="number of layers")
+    g.add_argument("--out", required=True, help="a .zarr store, or a directory for the published TSV layout")
+    g.add_argument("--images", type=int, default=0, help="also make this many synthetic images (default 0)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    g.add_argument("--truth", action="store_true", help="also compute the images' categories with the reference")
+    g.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    g.add_argument("--json", action="store_true", help="print one JSON object")
+    g.set_defaults(func=cmd_generate)
+
+    i = sub.add_parser("import", help="import a GraphChallenge network (and inputs) into a Zarr store",
+                       description="Read n{N}-l{k}.tsv files (a directory or neuron{N}.tar.gz) into a dasknn store.")
+    i.add_argument("network", help="directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
+    i.add_argument("--out", required=True, help="the store to write (STORE.zarr)")
+    i.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] to store with the network")
+    i.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv to store with the inputs")
+    i.add_argument("--layers", type=int, help="import only the first LAYERS layers")
+    i.add_argument("--bias", type=float, help="layer bias (default: the challenge's for N)")
+    i.add_argument("--ymax", type=float, default=32.0, help="activation clamp (default 32)")
+    i.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+    i.set_defaults(func=cmd_import)
+
+    e = sub.add_parser("export", help="write a store back as GraphChallenge TSV files")
+    e.add_argument("store", help="a dasknn store")
+    e.add_argument("--out", required=True, help="directory to write neuron{N}/n{N}-l{k}.tsv (and inputs) into")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("info", help="describe and check a store")
+    s.add_argument("store", help="a dasknn store")
+    s.add_argument("--check", action="store_true", help="read and check every value, however large the store")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(func=cmd_info)
+
+    f = sub.add_parser("infer", help="batch inference on a Dask cluster",
+                       description="Run GraphChallenge batch inference. With no --network, a generated 1024 x 120 "
+                                   "network and 20,000 images (made once, cached) are used and checked.")
+    f.add_argument("--network", help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
+    f.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] or a store (default: the network store's inputs)")
+    f.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv (default: the truth stored with the inputs)")
+    f.add_argument("--batch", type=int, help="use only the first BATCH images")
+    f.add_argument("--chunks", type=int, help="number of image chunks (default: 4 per worker thread)")
+    f.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="arithmetic (default float32)")
+    f.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
+    f.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
+    f.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
+    f.add_argument("--out", help="write the categories (1-based image indices) to this file")
+    f.add_argument("--json", action="store_true", help="print one JSON object")
+    f.set_defaults(func=cmd_infer)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args) or 0)
+    except DasknnError as e:
+        print(f"dasknn: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("dasknn: interrupted; nothing partial was kept", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""Connecting to Dask: a local cluster bound to this machine, or an existing scheduler."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+
+from .errors import DasknnError
+
+
+@contextlib.contextmanager
+def local_client(
+    workers: int | None = None,
+    threads_per_worker: int = 1,
+    scheduler: str | None = None,
+    memory_limit: str | int | None = "auto",
+    dashboard: bool = False,
+) -> Iterator:
+    """Yield a ``distributed.Client``: connected to ``scheduler``, or to a new local cluster closed on exit.
+
+    A local cluster listens on 127.0.0.1 only (nothing is opened to the network), runs one worker process per
+    core by default, each with ``threads_per_worker`` threads, and serves the dashboard only when asked.
+    """
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="20s")
+        except OSError as e:
+            raise DasknnError(f"cannot reach the Dask scheduler at {scheduler} ({e})") from None
+        with client:
+            yield client
+        return
+    n = workers or max(1, (os.cpu_count() or 1) // max(1, threads_per_worker))
+    if n < 1 or threads_per_worker < 1:
+        raise DasknnError("--workers and --threads-per-worker must be at least 1")
+    with LocalCluster(
+        n_workers=n,
+        threads_per_worker=threads_per_worker,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0" if dashboard else None,
+        memory_limit=memory_limit,
+        silence_logs=logging.ERROR,
+    ) as cluster, Client(cluster) as client:
+        yield client

@@ -1,0 +1,193 @@
+"""Challenge-like networks and synthetic inputs, made fast and deterministically from a seed.
+
+Networks follow the RadiX-Net idea the GraphChallenge networks come from: a radix-32 butterfly. Neuron indices
+are ``b = log2(N)``-bit numbers; layer ``k`` connects input ``i`` to every output ``j`` that differs from ``i``
+only in a window of 5 consecutive bits (cyclic), the window sliding one bit per layer. So every row and every
+column has exactly 32 nonzeros, the diagonal is included (window unchanged), and after ``b - 4`` layers every
+input reaches every output. Why slide by one bit, not five: with windows that tile the bits (the two-digit
+radix-32 butterfly for N = 1024) every output of the second layer sums every input exactly once, so all
+activations collapse to one value per image; overlapping windows give paths of different multiplicities, as the
+challenge's networks have. A seeded relabelling of the neurons (the same for every layer and for the generated
+images' pixels, so the diagonal stays) makes each seed a different network whose structure is hidden from its
+labels, as a partitioner must expect.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import DasknnError
+from .network import CHALLENGE_YMAX, Network, challenge_bias
+
+RADIX_BITS = 5  # 2**5 = 32 nonzeros per row and column
+WEIGHT = 1.0 / 16.0
+
+
+def _bits(neurons: int) -> int:
+    b = int(neurons).bit_length() - 1
+    if neurons < 2**RADIX_BITS or 1 << b != neurons:
+        raise DasknnError(f"--neurons must be a power of two, at least {2**RADIX_BITS} (got {neurons})")
+    return b
+
+
+def relabelling(neurons: int, seed: int) -> np.ndarray:
+    """The seeded permutation of neuron labels (``perm[old] = new``)."""
+    return np.random.default_rng(seed).permutation(neurons).astype(np.int64)
+
+
+def butterfly_layer(neurons: int, k: int, perm: np.ndarray | None = None, dtype: type = np.float32) -> sp.csc_matrix:
+    """Layer ``k`` (1-based) of the radix-32 butterfly as a CSC matrix, relabelled by ``perm``."""
+    b = _bits(neurons)
+    shift = (k - 1) % b
+    window = np.arange(RADIX_BITS)
+    wbits = (shift + window) % b  # the 5 (cyclic) bit positions this layer may change
+    mask = int(np.bitwise_or.reduce(np.left_shift(1, wbits)))
+    # value v in 0..31 spread over the window's bit positions
+    v = np.arange(2**RADIX_BITS)
+    spread = np.zeros(v.size, dtype=np.int64)
+    for t, pos in enumerate(wbits):
+        spread |= ((v >> t) & 1) << int(pos)
+    j = np.arange(neurons, dtype=np.int64)
+    rows = (j[:, None] & ~mask) | spread[None, :]  # (N, 32): the inputs of output j
+    if perm is not None:
+        inv = np.empty_like(perm)
+        inv[perm] = np.arange(perm.size)
+        rows = perm[rows[inv]]  # new column c is old column inv[c]; its rows get new labels
+    rows.sort(axis=1)
+    indptr = np.arange(0, neurons * 2**RADIX_BITS + 1, 2**RADIX_BITS, dtype=np.int64)
+    data = np.full(rows.size, WEIGHT, dtype=dtype)
+    return sp.csc_matrix((data, rows.ravel().astype(np.int32), indptr), shape=(neurons, neurons))
+
+
+def iter_layers(neurons: int, layers: int, seed: int = 0, dtype: type = np.float32) -> Iterator[sp.csc_matrix]:
+    """Yield the ``layers`` layers of a generated network one at a time (for streaming into a store)."""
+    perm = relabelling(neurons, seed)
+    for k in range(1, layers + 1):
+        yield butterfly_layer(neurons, k, perm, dtype)
+
+
+def network(neurons: int, layers: int, seed: int = 0, bias: float | None = None, dtype: type = np.float32) -> Network:
+    """A whole generated network in memory (see the module's description)."""
+    if layers < 1:
+        raise DasknnError(f"--layers must be at least 1 (got {layers})")
+    return Network(list(iter_layers(neurons, layers, seed, dtype)),
+                   challenge_bias(neurons) if bias is None else bias,
+                   source=f"dasknn.generate(neurons={neurons}, layers={layers}, seed={seed})")
+
+
+def images(count: int, neurons: int, seed: int = 0, strokes: int = 2, width: int = 3) -> sp.csr_matrix:
+    """Synthetic binary images: a few thick random strokes on a ``sqrt(N) x sqrt(N)`` canvas (about 10 % set).
+
+    Strokes rather than scattered pixels, because like the challenge's handwritten digits they set runs of
+    neighbouring pixels, which the butterfly's first layers sum.
+    """
+    if count < 1:
+        raise DasknnError(f"--images must be at least 1 (got {count})")
+    side = int(round(np.sqrt(neurons)))
+    if side * side != neurons:
+        # canvases need a square; otherwise use a 2:1 rectangle (N is a power of two)
+        rows_, cols_ = int(np.sqrt(neurons / 2)), int(np.sqrt(neurons / 2)) * 2
+    else:
+        rows_, cols_ = side, side
+    rng = np.random.default_rng(seed + 0x5EED)
+    samples = 2 * max(rows_, cols_)
+    # strokes between random points in the central 80 % of the canvas
+    p0 = rng.uniform(0.1, 0.9, size=(count, strokes, 2))
+    p1 = rng.uniform(0.1, 0.9, size=(count, strokes, 2))
+    t = np.linspace(0.0, 1.0, samples)
+    pts = p0[..., None, :] + (p1 - p0)[..., None, :] * t[:, None]  # (count, strokes, samples, 2)
+    scale = max(1, round(width * rows_ / 32))
+    r = np.clip((pts[..., 0] * rows_).astype(np.int64), 0, rows_ - 1)
+    c = np.clip((pts[..., 1] * cols_).astype(np.int64), 0, cols_ - 1)
+    img = np.repeat(np.arange(count), strokes * samples).reshape(r.shape)
+    rr, cc, ii = [], [], []
+    for dr in range(scale):
+        for dc in range(scale):
+            rr.append(np.minimum(r + dr, rows_ - 1))
+            cc.append(np.minimum(c + dc, cols_ - 1))
+            ii.append(img)
+    pix = (np.concatenate(rr).ravel() * cols_ + np.concatenate(cc).ravel())
+    im = np.concatenate(ii).ravel()
+    pix = relabelling(neurons, seed)[pix]  # the network of the same seed sees its canvas as seed 0's does
+    key = np.unique(im * neurons + pix)
+    m = sp.csr_matrix((np.ones(key.size, dtype=np.float32), (key // neurons, key % neurons)), shape=(count, neurons))
+    m.sort_indices()
+    return m
+
+
+def write(
+    out: str | os.PathLike[str],
+    neurons: int,
+    layers: int,
+    images_count: int = 0,
+    seed: int = 0,
+    truth: bool = False,
+    overwrite: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> Path:
+    """Generate a network (and images) into ``out``: a store if it ends in ``.zarr``, else the published layout.
+
+    With ``truth``, the categories are computed by the float64 reference, layer by layer, and saved beside.
+    ``progress`` is called with the number of each layer written.
+    """
+    from . import io, reference, store
+
+    out = Path(out)
+    bias = challenge_bias(neurons)
+    if layers < 1:
+        raise DasknnError(f"--layers must be at least 1 (got {layers})")
+    _bits(neurons)
+    im = images(images_count, neurons, seed) if images_count else None
+    # the truth in both precisions: images on a threshold may flip between them
+    ys = {} if (im is None or not truth) else {dt: sp.csr_matrix(im, dtype=dt) for dt in (np.float64, np.float32)}
+    source = f"dasknn generate --neurons {neurons} --layers {layers} --seed {seed}"
+
+    def stream() -> Iterator[sp.csc_matrix]:
+        for k, w in enumerate(iter_layers(neurons, layers, seed), start=1):
+            for dt, y in ys.items():
+                ys[dt] = reference.layer_step(y, w.astype(dt), bias, CHALLENGE_YMAX)
+            yield w
+            if progress is not None:
+                progress(k)
+
+    if out.suffix == ".zarr":
+        with store.StoreWriter(out, neurons, layers, bias, source=source, overwrite=overwrite) as w:
+            for k, layer in enumerate(stream(), start=1):
+                w.write_layer(k, layer)
+            if im is not None:
+                cats = {dt: reference.categories(y) for dt, y in ys.items()}
+                w.write_inputs(im, cats.get(np.float64), cats.get(np.float32))
+        return out
+    if out.exists() and not out.is_dir():
+        raise DasknnError("exists and is not a directory", out)
+    io.write_network(stream(), out, neurons)
+    if im is not None:
+        io.write_images(out / f"sparse-images-{neurons}.tsv", im)
+        if ys:
+            io.write_categories(out / f"neuron{neurons}-l{layers}-categories.tsv", reference.categories(ys[np.float64]))
+    return out
+
+
+def cache_dir() -> Path:
+    """Where generated defaults are kept: ``$DASKNN_CACHE``, else ``$XDG_CACHE_HOME/dasknn``, else ``~/.cache/dasknn``."""
+    env = os.environ.get("DASKNN_CACHE")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dasknn"
+
+
+DEFAULT = {"neurons": 1024, "layers": 120, "images_count": 20000, "seed": 0}
+
+
+def default_store(progress: Callable[[int], None] | None = None) -> Path:
+    """The embedded default: a generated 1024 x 120 network with 20,000 images and their truth, made once."""
+    d = DEFAULT
+    path = cache_dir() / f"default-n{d['neurons']}-l{d['layers']}-i{d['images_count']}-s{d['seed']}.zarr"
+    if not (path / "zarr.json").is_file():
+        write(path, truth=True, overwrite=True, progress=progress, **d)
+    return path

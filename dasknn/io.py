@@ -1,0 +1,543 @@
+"""GraphChallenge sparse-DNN files in and out.
+
+The published formats, all tab-separated and 1-based:
+
+* a layer ``n{N}-l{k}.tsv``: ``row<TAB>col<TAB>value``, entry (row, col) connects input neuron ``row`` to output
+  neuron ``col``; a network is the files ``k = 1 .. L`` in a directory, or inside ``neuron{N}.tar.gz``;
+* the inputs ``sparse-images-{N}.tsv[.gz]``: ``image<TAB>pixel<TAB>value``;
+* the truth ``neuron{N}-l{L}-categories.tsv``: one 1-based image index per line.
+
+Parsing is one compiled pass over the raw bytes (Numba), which also finds the first bad line, so a malformed file
+costs nothing extra until it is reported. Every problem is raised as :class:`~dasknn.errors.DasknnError` naming
+the file and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import tarfile
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import DasknnError
+from .network import Network, as_csc_layer, challenge_bias
+
+LAYER_NAME = re.compile(r"(?:^|/)n(\d+)-l(\d+)\.tsv$")
+IMAGES_NAME = re.compile(r"sparse-images-(\d+)\.tsv(?:\.gz)?$")
+CATEGORIES_NAME = re.compile(r"neuron(\d+)-l(\d+)-categories\.tsv$")
+
+# Codes the parser returns; the text is what the user reads.
+_OK, _FEW, _MANY, _NOT_INT, _NOT_NUMBER, _NOT_FINITE, _ZERO_INDEX, _BIG_INDEX = range(8)
+_MESSAGES = {
+    _FEW: "too few columns (expected {ncols})",
+    _MANY: "too many columns (expected {ncols})",
+    _NOT_INT: "column {col} is not a positive integer index",
+    _NOT_NUMBER: "column {col} is not a number",
+    _NOT_FINITE: "column {col} is not finite (NaN or inf)",
+    _ZERO_INDEX: "column {col} is 0, but indices are 1-based",
+    _BIG_INDEX: "column {col} is out of range (at most {limit})",
+}
+
+_MAX_EXACT_POW10 = 22  # 10**22 is the largest power of ten a float64 holds exactly
+
+
+@numba.njit(cache=True, nogil=True)
+def _is_blank(c: int) -> bool:
+    return c == 32 or c == 9 or c == 13  # space, tab, carriage return
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_table(buf, ncols, limits, ints, values, slow_at):  # pragma: no cover - compiled
+    """Parse whitespace-separated rows of ``ncols`` fields; the last field is a float when ``values`` is given.
+
+    Integer fields go to ``ints[:, c]`` and must lie in ``1 .. limits[c]`` (no limit where ``limits[c] <= 0``).
+    A float that the exact fast path (Clinger's: at most 15 significant digits, |exponent| <= 22) cannot convert
+    is left to Python: its byte offsets go to ``slow_at``. Returns (rows, slow count, error code, error line,
+    error column); blank lines are skipped.
+    """
+    n = buf.size
+    pos = 0
+    row = 0
+    line = 0
+    nslow = 0
+    float_last = values.size > 0
+    nint = ncols - 1 if float_last else ncols
+    powers = np.empty(_MAX_EXACT_POW10 + 1, dtype=np.float64)
+    p = 1.0
+    for k in range(_MAX_EXACT_POW10 + 1):
+        powers[k] = p
+        p *= 10.0
+    while pos < n:
+        line += 1
+        # find the end of this line
+        end = pos
+        while end < n and buf[end] != 10:
+            end += 1
+        col = 0
+        i = pos
+        while True:
+            while i < end and _is_blank(buf[i]):
+                i += 1
+            if i >= end:
+                break
+            if col >= ncols:
+                return row, nslow, _MANY, line, col + 1
+            start = i
+            while i < end and not _is_blank(buf[i]):
+                i += 1
+            if col < nint:
+                v = 0
+                if i - start > 18:
+                    return row, nslow, _NOT_INT, line, col + 1
+                for k in range(start, i):
+                    d = buf[k] - 48
+                    if d < 0 or d > 9:
+                        return row, nslow, _NOT_INT, line, col + 1
+                    v = v * 10 + d
+                if v == 0:
+                    return row, nslow, _ZERO_INDEX, line, col + 1
+                if limits[col] > 0 and v > limits[col]:
+                    return row, nslow, _BIG_INDEX, line, col + 1
+                ints[row, col] = v
+            else:
+                # a decimal float: [sign] digits [. digits] [e|E [sign] digits], or nan/inf (rejected)
+                k = start
+                neg = False
+                if buf[k] == 45 or buf[k] == 43:
+                    neg = buf[k] == 45
+                    k += 1
+                mant = 0
+                digits = 0
+                exp10 = 0
+                seen = 0
+                while k < i and 48 <= buf[k] <= 57:
+                    if mant == 0 and buf[k] == 48:
+                        pass  # leading zeros are not significant
+                    elif digits < 19:
+                        mant = mant * 10 + (buf[k] - 48)
+                        digits += 1
+                    else:
+                        exp10 += 1  # digits past 19 only scale; the slow path will see digits > 15
+                        digits += 1
+                    seen += 1
+                    k += 1
+                if k < i and buf[k] == 46:
+                    k += 1
+                    while k < i and 48 <= buf[k] <= 57:
+                        if mant == 0 and buf[k] == 48:
+                            exp10 -= 1
+                        elif digits < 19:
+                            mant = mant * 10 + (buf[k] - 48)
+                            digits += 1
+                            exp10 -= 1
+                        else:
+                            digits += 1
+                        seen += 1
+                        k += 1
+                if seen == 0:
+                    # no digits: maybe nan or inf, which are numbers but not allowed
+                    c0 = buf[k] | 32 if k < i else 0
+                    if c0 == 110 or c0 == 105:  # 'n' or 'i'
+                        return row, nslow, _NOT_FINITE, line, col + 1
+                    return row, nslow, _NOT_NUMBER, line, col + 1
+                if k < i and (buf[k] == 101 or buf[k] == 69):
+                    k += 1
+                    eneg = False
+                    if k < i and (buf[k] == 45 or buf[k] == 43):
+                        eneg = buf[k] == 45
+                        k += 1
+                    e = 0
+                    edigits = 0
+                    while k < i and 48 <= buf[k] <= 57:
+                        if e < 100000:
+                            e = e * 10 + (buf[k] - 48)
+                        edigits += 1
+                        k += 1
+                    if edigits == 0:
+                        return row, nslow, _NOT_NUMBER, line, col + 1
+                    exp10 += -e if eneg else e
+                if k != i:
+                    return row, nslow, _NOT_NUMBER, line, col + 1
+                if mant == 0:
+                    x = 0.0
+                elif digits <= 15 and -_MAX_EXACT_POW10 <= exp10 <= _MAX_EXACT_POW10:
+                    # both operands are exact, so one IEEE operation rounds correctly
+                    x = mant * powers[exp10] if exp10 >= 0 else mant / powers[-exp10]
+                else:
+                    x = 0.0
+                    slow_at[nslow, 0] = row
+                    slow_at[nslow, 1] = start
+                    slow_at[nslow, 2] = i
+                    nslow += 1
+                values[row] = -x if neg else x
+            col += 1
+        if col == 0:
+            pos = end + 1
+            continue  # blank line
+        if col < ncols:
+            return row, nslow, _FEW, line, col
+        row += 1
+        pos = end + 1
+    return row, nslow, _OK, line, 0
+
+
+@dataclass(frozen=True)
+class Table:
+    """The parsed content of one file: integer columns (1-based as written) and, optionally, values."""
+
+    ints: np.ndarray
+    values: np.ndarray | None
+
+
+def parse_table(
+    data: bytes | np.ndarray,
+    source: str,
+    int_columns: int,
+    with_values: bool,
+    limits: tuple[int, ...] | None = None,
+) -> Table:
+    """Parse a tab-separated table of positive integers, optionally followed by one float column.
+
+    Parameters
+    ----------
+    data
+        The raw (decompressed) bytes of the file.
+    source
+        The file's name, used in error messages.
+    int_columns
+        How many leading integer columns each line has.
+    with_values
+        Whether each line ends with a float column.
+    limits
+        Largest allowed value of each integer column (``0`` for none).
+
+    Raises
+    ------
+    DasknnError
+        Naming ``source`` and the first bad line.
+    """
+    buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    nlines = int(np.count_nonzero(buf == 10)) + 1
+    ncols = int_columns + (1 if with_values else 0)
+    lim = np.zeros(int_columns, dtype=np.int64) if limits is None else np.asarray(limits, dtype=np.int64)
+    ints = np.empty((nlines, int_columns), dtype=np.int64)
+    values = np.empty(nlines if with_values else 0, dtype=np.float64)
+    slow_at = np.empty((nlines if with_values else 0, 3), dtype=np.int64)
+    rows, nslow, code, line, col = _parse_table(buf, ncols, lim, ints, values, slow_at)
+    if code != _OK:
+        limit = int(lim[col - 1]) if 0 < col <= lim.size else 0
+        raise DasknnError(_MESSAGES[code].format(ncols=ncols, col=col, limit=limit), source, line)
+    for r, a, b in slow_at[:nslow]:
+        text = bytes(buf[a:b]).decode("ascii", "replace")
+        try:
+            values[r] = float(text)
+        except ValueError:  # the fast pass already checked the grammar; kept for safety
+            raise DasknnError(f"{text!r} is not a number", source) from None
+    if rows == 0:
+        raise DasknnError("the file is empty", source)
+    return Table(ints=ints[:rows], values=values[:rows] if with_values else None)
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """Read a file whole, decompressing ``.gz``; a missing, unreadable or truncated file is a DasknnError."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DasknnError("no such file", path) from None
+    except IsADirectoryError:
+        raise DasknnError("is a directory, expected a file", path) from None
+    except OSError as e:
+        raise DasknnError(f"cannot read: {e.strerror}", path) from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            return gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as e:
+            raise DasknnError(f"corrupt or truncated gzip ({e})", path) from None
+    return raw
+
+
+def _coo_to_csc(table: Table, shape: tuple[int, int], source: str, dtype: np.dtype | None) -> sp.csc_matrix:
+    rows = table.ints[:, 0] - 1
+    cols = table.ints[:, 1] - 1
+    order = np.lexsort((rows, cols))
+    rows, cols = rows[order], cols[order]
+    same = (rows[1:] == rows[:-1]) & (cols[1:] == cols[:-1])
+    if same.any():
+        k = int(np.flatnonzero(same)[0])
+        first, second = sorted((int(order[k]), int(order[k + 1])))
+        raise DasknnError(f"entry ({rows[k] + 1}, {cols[k] + 1}) appears twice, first on line {first + 1}", source)
+    values = table.values[order]
+    if dtype is not None:
+        values = values.astype(dtype)
+    indptr = np.zeros(shape[1] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cols, minlength=shape[1]), out=indptr[1:])
+    return sp.csc_matrix((values, rows.astype(np.int32), indptr), shape=shape)
+
+
+def read_layer(
+    data: bytes | str | os.PathLike[str], neurons: int, source: str | None = None, dtype: np.dtype | None = None
+) -> sp.csc_matrix:
+    """Read one ``n{N}-l{k}.tsv`` layer into a CSC matrix ``W`` (rows are inputs, columns outputs).
+
+    Parameters
+    ----------
+    data
+        A path, or the file's bytes (then give ``source`` for messages).
+    neurons
+        ``N``: indices must lie in ``1 .. N``.
+    dtype
+        The values' dtype; float64 keeps what the file says.
+    """
+    if not isinstance(data, (bytes, bytearray)):
+        source = source or os.fspath(data)
+        data = read_bytes(data)
+    source = source or "<layer>"
+    table = parse_table(data, source, 2, True, (neurons, neurons))
+    _check_finite_values(table, source)
+    return _coo_to_csc(table, (neurons, neurons), source, dtype)
+
+
+def _check_finite_values(table: Table, source: str) -> None:
+    # the parser rejects nan/inf words; huge exponents overflow to inf in float()
+    bad = ~np.isfinite(table.values)
+    if bad.any():
+        raise DasknnError(f"value {table.values[bad][0]} is not finite (entry {int(np.argmax(bad)) + 1})", source)
+
+
+def _layer_number(name: str) -> tuple[int, int] | None:
+    m = LAYER_NAME.search(name.replace(os.sep, "/"))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _check_layer_set(found: dict[int, str], widths: set[int], where: str, layers: int | None) -> list[int]:
+    if not found:
+        raise DasknnError("no layer files named n{N}-l{k}.tsv found", where)
+    if len(widths) > 1:
+        raise DasknnError(f"layer files of different widths ({', '.join(map(str, sorted(widths)))}) mixed", where)
+    numbers = sorted(found)
+    if numbers[0] < 1:
+        raise DasknnError(f"unexpected layer file {found[numbers[0]]}: layers are numbered from 1", where)
+    wanted = numbers[-1] if layers is None else layers
+    missing = sorted(set(range(1, wanted + 1)) - set(numbers))
+    if missing:
+        (n,) = widths
+        raise DasknnError(f"layer file n{n}-l{missing[0]}.tsv is missing ({len(missing)} of {wanted} missing)", where)
+    return list(range(1, wanted + 1))
+
+
+def iter_network_layers(
+    path: str | os.PathLike[str], layers: int | None = None, dtype: np.dtype | None = None
+) -> tuple[int, int, Iterator[sp.csc_matrix]]:
+    """Find a network's layer files and return ``(neurons, depth, iterator of layers)``.
+
+    ``path`` is a directory of ``n{N}-l{k}.tsv`` files (searched one level down too, as the tarball unpacks) or
+    a ``neuron{N}.tar.gz``. The iterator parses one layer at a time, so a network larger than memory can be
+    streamed into a store. ``layers`` reads only the first layers.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DasknnError("no such file or directory", path)
+    if path.is_dir():
+        files = {}
+        widths = set()
+        for f in sorted(list(path.glob("n*-l*.tsv")) + list(path.glob("*/n*-l*.tsv"))):
+            parsed = _layer_number(f.name)
+            if parsed is None:
+                continue
+            n, k = parsed
+            if k in files and files[k] != f:
+                raise DasknnError(f"layer {k} is given twice ({files[k]} and {f})", path)
+            widths.add(n)
+            files[k] = f
+        numbers = _check_layer_set({k: str(f) for k, f in files.items()}, widths, str(path), layers)
+        (neurons,) = widths
+
+        def from_dir() -> Iterator[sp.csc_matrix]:
+            for k in numbers:
+                yield read_layer(files[k], neurons, dtype=dtype)
+
+        return neurons, len(numbers), from_dir()
+    if path.name.endswith((".tar.gz", ".tgz", ".tar")):
+        return _iter_tar_layers(path, layers, dtype)
+    raise DasknnError("expected a directory of n{N}-l{k}.tsv files, a neuron{N}.tar.gz or a .zarr store", path)
+
+
+def _iter_tar_layers(
+    path: Path, layers: int | None, dtype: np.dtype | None
+) -> tuple[int, int, Iterator[sp.csc_matrix]]:
+    # A tar.gz is read in member order, which need not be layer order: read the index first (cheap), then
+    # parse members in layer order, holding at most the raw bytes of layers that arrive early.
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            members = tar.getmembers()
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+        raise DasknnError(f"corrupt or truncated archive ({e})", path) from None
+    found: dict[int, str] = {}
+    widths = set()
+    for m in members:
+        parsed = _layer_number(m.name) if m.isfile() else None
+        if parsed is None:
+            continue
+        n, k = parsed
+        if k in found:
+            raise DasknnError(f"layer {k} is given twice ({found[k]} and {m.name})", path)
+        widths.add(n)
+        found[k] = m.name
+    numbers = _check_layer_set(found, widths, str(path), layers)
+    (neurons,) = widths
+
+    def from_tar() -> Iterator[sp.csc_matrix]:
+        wanted = {found[k]: k for k in numbers}
+        early: dict[int, bytes] = {}
+        nxt = numbers[0] if numbers else None
+        try:
+            with tarfile.open(path, "r:*") as tar:
+                for m in tar:
+                    k = wanted.get(m.name)
+                    if k is None:
+                        continue
+                    f = tar.extractfile(m)
+                    early[k] = f.read() if f is not None else b""
+                    while nxt is not None and nxt in early:
+                        yield read_layer(early.pop(nxt), neurons, source=f"{path}:{found[nxt]}", dtype=dtype)
+                        nxt = nxt + 1 if nxt < numbers[-1] else None
+                    if nxt is None:
+                        return
+        except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+            raise DasknnError(f"corrupt or truncated archive ({e})", path) from None
+        if nxt is not None:
+            raise DasknnError(f"archive ended before layer {nxt}", path)
+
+    return neurons, len(numbers), from_tar()
+
+
+def read_network(
+    path: str | os.PathLike[str],
+    layers: int | None = None,
+    bias: float | None = None,
+    ymax: float = 32.0,
+    dtype: np.dtype | None = None,
+) -> Network:
+    """Read a whole GraphChallenge network (directory or ``.tar.gz``) into memory.
+
+    Parameters
+    ----------
+    path
+        A directory of ``n{N}-l{k}.tsv`` files or a ``neuron{N}.tar.gz``.
+    layers
+        Read only the first ``layers`` layers (all by default).
+    bias
+        The layer bias; the challenge's value for ``N`` by default.
+    ymax
+        The activation clamp.
+    dtype
+        The weights' dtype (float64 by default, as written).
+    """
+    neurons, depth, it = iter_network_layers(path, layers, dtype)
+    b = challenge_bias(neurons) if bias is None else float(bias)
+    return Network(layers=list(it), bias=b, ymax=ymax, source=os.fspath(path))
+
+
+def read_images(path: str | os.PathLike[str], neurons: int | None = None, images: int | None = None) -> sp.csr_matrix:
+    """Read ``sparse-images-{N}.tsv[.gz]`` into an ``images x N`` CSR matrix (rows are images).
+
+    ``neurons`` defaults to the ``N`` in the file name; ``images`` to the largest image index.
+    """
+    name = Path(path).name
+    if neurons is None:
+        m = IMAGES_NAME.search(name)
+        if m is None:
+            raise DasknnError("cannot tell the number of neurons from the name; expected sparse-images-{N}.tsv", path)
+        neurons = int(m.group(1))
+    table = parse_table(read_bytes(path), os.fspath(path), 2, True, (images or 0, neurons))
+    _check_finite_values(table, os.fspath(path))
+    rows = table.ints[:, 0] - 1
+    cols = table.ints[:, 1] - 1
+    count = int(rows.max()) + 1 if images is None else images
+    m = sp.csr_matrix((table.values, (rows, cols)), shape=(count, neurons))
+    if m.nnz != rows.size:
+        raise DasknnError("an (image, pixel) pair is given twice", path)
+    m.sort_indices()
+    return m
+
+
+def read_categories(path: str | os.PathLike[str], images: int | None = None) -> np.ndarray:
+    """Read a ``neuron{N}-l{L}-categories.tsv`` truth file into sorted 0-based image indices."""
+    data = read_bytes(path)
+    if not data.strip():
+        return np.empty(0, dtype=np.int64)  # a network may legitimately leave no image alive
+    table = parse_table(data, os.fspath(path), 1, False, (images or 0,))
+    idx = table.ints[:, 0] - 1
+    out = np.unique(idx)
+    if out.size != idx.size:
+        raise DasknnError("an image index is listed twice", path)
+    return out
+
+
+# --- writers -------------------------------------------------------------------------------------------------
+
+
+def _format_values(values: np.ndarray) -> list[str]:
+    # The published files write "%.6e"; use it where it reads back exactly, else the shortest exact form.
+    uniq, inverse = np.unique(values, return_inverse=True)
+    text = []
+    for v in uniq:
+        s = f"{v:.6e}"
+        text.append(s if float(s) == v else repr(float(v)))
+    return [text[i] for i in inverse]
+
+
+def _write_lines(path: Path, lines: Iterable[str]) -> None:
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(tmp, "wt", newline="\n") as f:
+            f.writelines(lines)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_layer(path: str | os.PathLike[str], w: sp.spmatrix | sp.sparray) -> None:
+    """Write one layer as ``row<TAB>col<TAB>value`` (1-based), in column-major order, atomically."""
+    m = as_csc_layer(w)
+    rows = (m.indices + 1).tolist()
+    cols = np.repeat(np.arange(1, m.shape[1] + 1), np.diff(m.indptr)).tolist()
+    vals = _format_values(m.data)
+    _write_lines(Path(path), map("{}\t{}\t{}\n".format, rows, cols, vals))
+
+
+def write_network(layers: Iterable[sp.spmatrix], directory: str | os.PathLike[str], neurons: int) -> Path:
+    """Write layers as ``directory/neuron{N}/n{N}-l{k}.tsv`` (the published layout); return that folder."""
+    folder = Path(directory) / f"neuron{neurons}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for k, w in enumerate(layers, start=1):
+        write_layer(folder / f"n{neurons}-l{k}.tsv", w)
+    return folder
+
+
+def write_images(path: str | os.PathLike[str], images: sp.spmatrix | sp.sparray) -> None:
+    """Write an ``images x N`` matrix as ``image<TAB>pixel<TAB>value`` (1-based, ``.gz`` compresses)."""
+    m = sp.csr_matrix(images)
+    m.sort_indices()
+    rows = np.repeat(np.arange(1, m.shape[0] + 1), np.diff(m.indptr)).tolist()
+    cols = (m.indices + 1).tolist()
+    vals = _format_values(m.data)
+    if all(v == "1.000000e+00" for v in set(vals)):
+        vals = ["1"] * len(cols)  # the published inputs write binary pixels as 1
+    _write_lines(Path(path), map("{}\t{}\t{}\n".format, rows, cols, vals))
+
+
+def write_categories(path: str | os.PathLike[str], categories: np.ndarray) -> None:
+    """Write 0-based image indices as the 1-based truth file."""
+    _write_lines(Path(path), (f"{i + 1}\n" for i in np.sort(np.asarray(categories))))

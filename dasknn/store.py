@@ -1,0 +1,475 @@
+"""The Zarr layer store: the out-of-core format every later stage reads.
+
+Layout of a store (a Zarr v3 group)::
+
+    STORE.zarr/                     attrs["dasknn"]: format, version, neurons, layers, bias, ymax, edges, source,
+                                                     dtype, complete
+      layers/1 .. layers/L          one binsparse group per layer: W_k in CSC form
+        pointers_to_1  (N+1,) int64    column pointers, chunked by blocks of output neurons
+        indices_1      (nnz,) int32    input neuron of each entry
+        values         (nnz,) float    weight of each entry
+      inputs/                       optional: the images as a binsparse CSR matrix (images x N), chunked by images
+        truth          (c,)  int64     optional: 0-based indices of the images the truth says are categories
+      partitions/...                written by later stages
+
+Why CSC of the challenge's ``W`` (that is, CSR of ``W^T``, the seed paper's row-wise orientation): everything
+output neuron ``j`` needs is one contiguous run of entries, so a block of output neurons, the unit a worker owns,
+reads without reading the layer. Every array carries a CRC-32C checksum, so a flipped byte on disk is an error
+rather than a wrong answer.
+
+A store is written under a temporary name and renamed into place when complete; the ``complete`` attribute is
+set last, so an interrupted write never opens as valid.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
+
+from .errors import DasknnError
+from .network import Network, as_csc_layer
+
+FORMAT = "dasknn-network"
+INPUTS_FORMAT = "dasknn-inputs"
+VERSION = 1
+#: Entries per chunk of ``indices_1`` and ``values``: 4 MiB of int32, a size that reads efficiently.
+CHUNK_ENTRIES = 1 << 20
+#: Rows (output neurons, or images) per chunk of ``pointers_to_1``.
+CHUNK_ROWS = 1 << 16
+#: Stores with at most this many entries have every value checked on open; larger ones check what each read reads.
+FULL_CHECK_ENTRIES = 50_000_000
+
+
+def _codecs() -> list[Any]:
+    # zstd shrinks the constant values and regular indices a lot; crc32c (last) guards the stored bytes.
+    return [ZstdCodec(level=3), Crc32cCodec()]
+
+
+def _binsparse(fmt: str, shape: tuple[int, int], nnz: int, values: np.dtype) -> dict[str, Any]:
+    return {
+        "version": "0.1",
+        "format": fmt,
+        "shape": [int(shape[0]), int(shape[1])],
+        "number_of_stored_values": int(nnz),
+        "data_types": {"pointers_to_1": "int64", "indices_1": "int32", "values": np.dtype(values).name},
+    }
+
+
+def _write_sparse(group: zarr.Group, fmt: str, m: sp.csc_matrix | sp.csr_matrix, extra: dict | None = None) -> None:
+    nnz = int(m.nnz)
+    nptr = m.indptr.size
+    for name, data, chunk in (
+        ("pointers_to_1", m.indptr.astype(np.int64, copy=False), min(CHUNK_ROWS + 1, nptr)),
+        ("indices_1", m.indices.astype(np.int32, copy=False), max(1, min(CHUNK_ENTRIES, nnz))),
+        ("values", m.data, max(1, min(CHUNK_ENTRIES, nnz))),
+    ):
+        arr = group.create_array(name, shape=data.shape, chunks=(chunk,), dtype=data.dtype, compressors=_codecs())
+        if data.size:
+            arr[:] = data
+    group.attrs.update({"binsparse": _binsparse(fmt, m.shape, nnz, m.data.dtype), **(extra or {})})
+
+
+def store_dtype(values: np.ndarray) -> np.dtype:
+    """The narrowest float dtype that holds ``values`` exactly: float32 when lossless, else float64."""
+    v32 = values.astype(np.float32)
+    return np.dtype(np.float32) if np.array_equal(v32.astype(values.dtype), values) else np.dtype(np.float64)
+
+
+class StoreWriter:
+    """Write a store layer by layer, so networks larger than memory can be streamed in.
+
+    Use it as a context manager; the store appears at ``path`` only when the block exits without error::
+
+        with StoreWriter(path, neurons=1024, layers=120, bias=-0.3) as w:
+            for k, layer in enumerate(layers, start=1):
+                w.write_layer(k, layer)
+            w.write_inputs(images)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        neurons: int,
+        layers: int,
+        bias: float,
+        ymax: float = 32.0,
+        source: str = "",
+        dtype: np.dtype | str | None = None,
+        overwrite: bool = False,
+    ):
+        self.path = Path(path)
+        if self.path.exists() and not overwrite:
+            raise DasknnError("already exists (pass --overwrite to replace it)", self.path)
+        self.neurons, self.layers, self.bias, self.ymax = int(neurons), int(layers), float(bias), float(ymax)
+        self.source = source
+        self.dtype = None if dtype is None else np.dtype(dtype)
+        self._tmp = self.path.with_name(f".{self.path.name}.partial-{uuid.uuid4().hex[:8]}")
+        self._written: set[int] = set()
+        self._edges = 0
+        self._dtypes: set[str] = set()
+        self.root: zarr.Group | None = None
+
+    def __enter__(self) -> StoreWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.root = zarr.open_group(self._tmp, mode="w", zarr_format=3)
+        self.root.attrs["dasknn"] = self._attrs(complete=False)
+        self.root.create_group("layers")
+        return self
+
+    def _attrs(self, complete: bool) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "neurons": self.neurons,
+            "layers": self.layers,
+            "bias": self.bias,
+            "ymax": self.ymax,
+            "edges": self._edges,
+            "source": self.source,
+            "dtype": sorted(self._dtypes)[-1] if self._dtypes else None,  # 'float64' > 'float32'
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "complete": complete,
+        }
+
+    def write_layer(self, k: int, w: sp.spmatrix | sp.sparray) -> None:
+        """Write layer ``k`` (1-based), given as any SciPy sparse ``N x N`` matrix in the challenge's orientation."""
+        if not 1 <= k <= self.layers:
+            raise DasknnError(f"layer {k} is outside 1..{self.layers}")
+        m = as_csc_layer(w)
+        if m.shape != (self.neurons, self.neurons):
+            raise DasknnError(f"layer {k} is {m.shape[0]} x {m.shape[1]}, expected {self.neurons} x {self.neurons}")
+        dtype = self.dtype or store_dtype(m.data)
+        m.data = m.data.astype(dtype, copy=False)
+        _write_sparse(self.root.create_group(f"layers/{k}"), "CSC", m)
+        self._written.add(k)
+        self._edges += int(m.nnz)
+        self._dtypes.add(dtype.name)
+
+    def write_inputs(self, images: sp.spmatrix | sp.sparray, truth: np.ndarray | None = None,
+                     truth_float32: np.ndarray | None = None) -> None:
+        """Write the inputs (``images x N``) and, optionally, the truth categories (0-based image indices)."""
+        write_inputs(self.root, images, truth, self.neurons, truth_float32)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            missing = sorted(set(range(1, self.layers + 1)) - self._written)
+            if missing:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                raise DasknnError(f"store not written: layer {missing[0]} was never given", self.path)
+            self.root.attrs["dasknn"] = self._attrs(complete=True)
+            _replace(self._tmp, self.path)
+        else:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def write_inputs(
+    root: zarr.Group,
+    images: sp.spmatrix | sp.sparray,
+    truth: np.ndarray | None,
+    neurons: int,
+    truth_float32: np.ndarray | None = None,
+) -> None:
+    """Write (or replace) the ``inputs`` group of an open store group.
+
+    ``truth`` is the canonical (float64) truth; ``truth_float32``, when given, is what a float32 run must find
+    (images that sit exactly on a threshold can flip between the two precisions).
+    """
+    m = sp.csr_matrix(images)
+    m.sort_indices()
+    if m.shape[1] != neurons:
+        raise DasknnError(f"the inputs have {m.shape[1]} pixels per image, the network {neurons} neurons")
+    if "inputs" in root:
+        del root["inputs"]
+    g = root.create_group("inputs")
+    m.data = m.data.astype(store_dtype(m.data), copy=False)
+    _write_sparse(g, "CSR", m)
+    for name, t in (("truth", truth), ("truth_float32", truth_float32)):
+        if t is None:
+            continue
+        t = np.asarray(t, dtype=np.int64)
+        if t.size and (t.min() < 0 or t.max() >= m.shape[0]):
+            raise DasknnError(f"truth names an image outside 1..{m.shape[0]}")
+        arr = g.create_array(name, shape=t.shape, chunks=(max(1, min(CHUNK_ENTRIES, t.size)),), dtype=np.int64,
+                             compressors=_codecs())
+        if t.size:
+            arr[:] = t
+
+
+def write_network(
+    path: str | os.PathLike[str],
+    network: Network,
+    images: sp.spmatrix | None = None,
+    truth: np.ndarray | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write an in-memory :class:`~dasknn.network.Network` (and optional inputs) as a store; return its path."""
+    with StoreWriter(path, network.neurons, network.depth, network.bias, network.ymax, network.source,
+                     overwrite=overwrite) as w:
+        for k, layer in enumerate(network.layers, start=1):
+            w.write_layer(k, layer)
+        if images is not None:
+            w.write_inputs(images, truth)
+    return Path(path)
+
+
+@dataclass(frozen=True)
+class _Sparse:
+    """One stored binsparse matrix, opened lazily; reads check what they read."""
+
+    pointers: zarr.Array
+    indices: zarr.Array
+    values: zarr.Array
+    shape: tuple[int, int]
+    fmt: str
+    name: str
+    store: Path
+
+    @classmethod
+    def open(cls, root: zarr.Group, name: str, fmt: str, shape: tuple[int, int], label: str, store: Path) -> _Sparse:
+        try:
+            g = root[name]
+            desc = dict(g.attrs)["binsparse"]
+            p, i, v = (g[a] for a in ("pointers_to_1", "indices_1", "values"))
+        except KeyError as e:
+            raise DasknnError(f"{label} is missing or incomplete ({e})", store) from None
+        if desc.get("format") != fmt or list(desc.get("shape", [])) != list(shape):
+            raise DasknnError(f"{label}: expected a {fmt} matrix of shape {list(shape)}, the descriptor says "
+                              f"{desc.get('format')} {desc.get('shape')}", store)
+        nnz = desc.get("number_of_stored_values")
+        major = shape[1] if fmt == "CSC" else shape[0]
+        if p.shape != (major + 1,):
+            raise DasknnError(f"{label}: pointers_to_1 has {p.shape[0]} entries, expected {major + 1}", store)
+        if i.shape != (nnz,) or v.shape != (nnz,):
+            raise DasknnError(f"{label}: indices_1 and values must both hold {nnz} entries", store)
+        if not np.issubdtype(p.dtype, np.integer) or not np.issubdtype(i.dtype, np.integer):
+            raise DasknnError(f"{label}: pointers and indices must be integers", store)
+        if not np.issubdtype(v.dtype, np.floating):
+            raise DasknnError(f"{label}: values must be floating point, not {v.dtype}", store)
+        return cls(p, i, v, tuple(shape), fmt, label, store)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.values.shape[0])
+
+    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Read rows (CSR) or columns (CSC) ``start:stop``: (pointers from 0, indices, values), checked."""
+        minor = self.shape[0] if self.fmt == "CSC" else self.shape[1]
+        try:
+            ptr = np.asarray(self.pointers[start : stop + 1], dtype=np.int64)
+            if ptr.size and (np.any(np.diff(ptr) < 0) or ptr[0] < 0 or ptr[-1] > self.nnz):
+                raise DasknnError(f"{self.name}: pointers_to_1 is not monotone within 0..nnz", self.store)
+            if start == 0 and ptr.size and ptr[0] != 0:
+                raise DasknnError(f"{self.name}: pointers_to_1 must start at 0", self.store)
+            if stop == self.pointers.shape[0] - 1 and ptr.size and ptr[-1] != self.nnz:
+                raise DasknnError(f"{self.name}: pointers_to_1 must end at the number of entries", self.store)
+            a, b = int(ptr[0]), int(ptr[-1])
+            idx = np.asarray(self.indices[a:b], dtype=np.int32)
+            val = np.asarray(self.values[a:b])
+        except DasknnError:
+            raise
+        except Exception as e:  # a checksum mismatch or a missing/garbled chunk
+            raise DasknnError(f"{self.name}: cannot read entries ({type(e).__name__}: {e}); the store is damaged",
+                              self.store) from None
+        if idx.size and (idx.min() < 0 or idx.max() >= minor):
+            raise DasknnError(f"{self.name}: an index is outside 0..{minor - 1}", self.store)
+        if not np.all(np.isfinite(val)):
+            raise DasknnError(f"{self.name}: a value is NaN or infinite", self.store)
+        return ptr - a, idx, val
+
+
+class Inputs:
+    """The input images of a store (``images x N``, CSR by image), read lazily by blocks of images."""
+
+    def __init__(self, root: zarr.Group, neurons: int, store: Path):
+        shape = dict(root["inputs"].attrs).get("binsparse", {}).get("shape", [0, 0])
+        self.neurons = neurons
+        self.store = store
+        self._root = root
+        self._m = _Sparse.open(root, "inputs", "CSR", (int(shape[0]), neurons), "inputs", store)
+
+    @property
+    def images(self) -> int:
+        """Number of images."""
+        return self._m.shape[0]
+
+    @property
+    def nnz(self) -> int:
+        """Number of nonzero pixels over all images."""
+        return self._m.nnz
+
+    def rows(self, start: int = 0, stop: int | None = None) -> sp.csr_matrix:
+        """Read images ``start:stop`` as a CSR matrix (``images x N``)."""
+        stop = self.images if stop is None else min(stop, self.images)
+        ptr, idx, val = self._m.read(start, stop)
+        return sp.csr_matrix((val, idx, ptr), shape=(stop - start, self.neurons))
+
+    def truth(self, dtype: str = "float64") -> np.ndarray | None:
+        """The stored truth categories (sorted 0-based image indices), or None.
+
+        With ``dtype="float32"``, the float32 truth if one was stored (else the canonical one).
+        """
+        group = self._root["inputs"]
+        name = "truth_float32" if dtype == "float32" and "truth_float32" in group else "truth"
+        if name not in group:
+            return None
+        return np.asarray(group[name][:], dtype=np.int64)
+
+
+def _open_root(path: Path, formats: tuple[str, ...]) -> tuple[zarr.Group, dict[str, Any]]:
+    if not path.exists():
+        raise DasknnError("no such store", path)
+    try:
+        root = zarr.open_group(path, mode="r", zarr_format=3)
+    except Exception as e:  # zarr raises several types for a folder that is not a group
+        raise DasknnError(f"not a Zarr v3 group ({type(e).__name__})", path) from None
+    attrs = dict(root.attrs).get("dasknn")
+    if not isinstance(attrs, dict) or attrs.get("format") not in formats:
+        raise DasknnError("not a dasknn store (no 'dasknn' attributes)", path)
+    if attrs.get("version") != VERSION:
+        raise DasknnError(f"store format version {attrs.get('version')} is not supported (this dasknn reads {VERSION})",
+                          path)
+    if not attrs.get("complete"):
+        raise DasknnError("the store is incomplete (its writing was interrupted); write it again", path)
+    return root, attrs
+
+
+class NetworkStore:
+    """A dasknn store opened for reading. Layers are numbered from 1, as in the challenge's file names.
+
+    Reads are lazy: :meth:`layer` reads one layer, :meth:`columns` only a block of its output neurons, and
+    ``inputs.rows`` only a block of images. Each read checks what it read (monotone pointers, indices in range,
+    finite values, checksums) and names the layer if something is wrong.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], check: str = "auto"):
+        self.path = Path(path)
+        self.root, attrs = _open_root(self.path, (FORMAT,))
+        try:
+            self.neurons = int(attrs["neurons"])
+            self.depth = int(attrs["layers"])
+            self.bias = float(attrs["bias"])
+            self.ymax = float(attrs["ymax"])
+            self.edges = int(attrs["edges"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise DasknnError(f"store attributes are damaged ({e})", self.path) from None
+        self.source = str(attrs.get("source", ""))
+        self.attrs = attrs
+        n = self.neurons
+        self._layers = [_Sparse.open(self.root, f"layers/{k}", "CSC", (n, n), f"layer {k}", self.path)
+                        for k in range(1, self.depth + 1)]
+        if sum(s.nnz for s in self._layers) != self.edges:
+            raise DasknnError("the layers' entries do not add up to the store's edge count", self.path)
+        self.inputs = Inputs(self.root, n, self.path) if "inputs" in self.root else None
+        if check == "full" or (check == "auto" and self.edges <= FULL_CHECK_ENTRIES):
+            self.check()
+
+    def layer(self, k: int) -> sp.csc_matrix:
+        """Read layer ``k`` (1-based) whole, as a CSC matrix in the challenge's orientation."""
+        return self.columns(k, 0, self.neurons)
+
+    def columns(self, k: int, start: int, stop: int) -> sp.csc_matrix:
+        """Read output neurons ``start:stop`` of layer ``k``: ``W_k[:, start:stop]``, touching only their chunks."""
+        if not 1 <= k <= self.depth:
+            raise DasknnError(f"layer {k} is outside 1..{self.depth}", self.path)
+        ptr, idx, val = self._layers[k - 1].read(start, stop)
+        return sp.csc_matrix((val, idx, ptr), shape=(self.neurons, stop - start))
+
+    def layer_nnz(self, k: int) -> int:
+        """Entries of layer ``k`` (from metadata, no read)."""
+        return self._layers[k - 1].nnz
+
+    def iter_layers(self) -> Iterator[sp.csc_matrix]:
+        """Yield the layers one at a time, holding one in memory."""
+        for k in range(1, self.depth + 1):
+            yield self.layer(k)
+
+    def network(self) -> Network:
+        """Read every layer into an in-memory :class:`~dasknn.network.Network`."""
+        return Network(list(self.iter_layers()), self.bias, self.ymax, source=str(self.path))
+
+    def check(self) -> None:
+        """Read every stored array once and check it (pointers, index ranges, finite values, checksums)."""
+        for k in range(1, self.depth + 1):
+            self.layer(k)
+        if self.inputs is not None:
+            self.inputs.rows()
+
+    def nbytes_on_disk(self) -> int:
+        """Bytes the store takes on disk."""
+        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+
+
+def open_inputs(path: str | os.PathLike[str]) -> Inputs:
+    """Open the inputs of a store: a network store holding inputs, or an inputs-only store."""
+    path = Path(path)
+    root, attrs = _open_root(path, (FORMAT, INPUTS_FORMAT))
+    if "inputs" not in root:
+        raise DasknnError("the store holds no inputs; give --inputs or import them", path)
+    inputs = Inputs(root, int(attrs["neurons"]), path)
+    inputs.rows()  # inputs are small next to the layers: always check them whole
+    return inputs
+
+
+def write_inputs_store(path: str | os.PathLike[str], images: sp.spmatrix, truth: np.ndarray | None = None,
+                       source: str = "", overwrite: bool = False) -> Path:
+    """Write images (and truth) as an inputs-only store, atomically."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise DasknnError("already exists (pass --overwrite to replace it)", path)
+    tmp = path.with_name(f".{path.name}.partial-{uuid.uuid4().hex[:8]}")
+    try:
+        root = zarr.open_group(tmp, mode="w", zarr_format=3)
+        write_inputs(root, images, truth, images.shape[1])
+        root.attrs["dasknn"] = {"format": INPUTS_FORMAT, "version": VERSION, "neurons": int(images.shape[1]),
+                                "images": int(images.shape[0]), "source": source, "complete": True}
+        _replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _replace(tmp: Path, path: Path) -> None:
+    """Move a finished store into place, replacing what was there only after the new one is whole."""
+    if path.exists():
+        trash = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(path, trash)
+        os.replace(tmp, path)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+
+
+def open_store(path: str | os.PathLike[str], check: str = "auto") -> NetworkStore:
+    """Open and validate a dasknn store.
+
+    Parameters
+    ----------
+    path
+        The store's folder (``*.zarr``).
+    check
+        ``"auto"`` reads and checks every value of small stores (up to :data:`FULL_CHECK_ENTRIES` entries) and
+        only the metadata of larger ones, whose reads are checked as they happen; ``"full"`` always reads
+        everything; ``"metadata"`` never does.
+
+    Raises
+    ------
+    DasknnError
+        Naming the store and the layer at fault.
+    """
+    return NetworkStore(path, check=check)
+
+
+def is_store(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` looks like a Zarr store (a folder with ``zarr.json``)."""
+    return (Path(path) / "zarr.json").is_file()
