@@ -67,7 +67,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         out = generate.write(args.out, args.neurons, args.layers, args.images, args.seed, truth=args.truth,
-                             overwrite=args.overwrite, progress=bar.to)
+                             overwrite=args.overwrite, progress=bar.to, bias=args.bias)
     finally:
         bar.close()
     seconds = time.perf_counter() - t0
@@ -271,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--images", type=int, default=0, help="also make this many synthetic images (default 0)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--truth", action="store_true", help="also compute the images' categories with the reference")
+    g.add_argument("--bias", type=float, help="layer bias (default: the challenge's for N)")
     g.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.set_defaults(func=cmd_generate)

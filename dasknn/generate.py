@@ -129,6 +129,7 @@ def write(
     truth: bool = False,
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
+    bias: float | None = None,
 ) -> Path:
     """Generate a network (and images) into ``out``: a store if it ends in ``.zarr``, else the published layout.
 
@@ -138,7 +139,7 @@ def write(
     from . import io, reference, store
 
     out = Path(out)
-    bias = challenge_bias(neurons)
+    bias = challenge_bias(neurons) if bias is None else float(bias)
     if layers < 1:
         raise DasknnError(f"--layers must be at least 1 (got {layers})")
     _bits(neurons)

@@ -1,0 +1,104 @@
+"""The dasknn command as a user meets it: outputs, JSON fields, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dasknn import io
+from dasknn.cli import main
+
+
+def run(argv, capsys):
+    code = main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_infer_real_slice_from_tsv_float64(slice_paths, capsys, tmp_path):
+    code, out, err = run(["infer", "--network", str(slice_paths["network"]), "--inputs", str(slice_paths["images"]),
+                          "--truth", str(slice_paths["truth"]), "--dtype", "float64", "--workers", "2", "--json",
+                          "--out", str(tmp_path / "c.tsv")], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    for key in ("images", "neurons", "layers", "edges", "categories", "matches_truth", "mismatched", "seconds",
+                "edges_per_second", "workers"):
+        assert key in report
+    assert report["matches_truth"] is True and report["mismatched"] == 0
+    assert report["images"] == 1000 and report["layers"] == 12 and report["edges"] == 12 * 32768
+    assert report["workers"] == 2
+    assert report["edges_per_second"] == pytest.approx(1000 * 12 * 32768 / report["seconds"], rel=1e-3)
+    np.testing.assert_array_equal(io.read_categories(tmp_path / "c.tsv"), io.read_categories(slice_paths["truth"]))
+
+
+def test_infer_store_float32_and_batch(slice_store, capsys):
+    code, out, err = run(["infer", "--network", str(slice_store), "--batch", "400", "--workers", "1", "--json"],
+                         capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["images"] == 400 and report["mismatched"] <= 5 and report["workers"] == 1
+
+
+def test_infer_human_output(slice_store, capsys):
+    code, out, _ = run(["infer", "--network", str(slice_store), "--dtype", "float64", "--workers", "1"], capsys)
+    assert code == 0
+    assert "matches the truth" in out and "edges/s" in out
+
+
+def test_infer_reports_a_mismatch(slice_store, capsys, tmp_path):
+    (tmp_path / "wrong.tsv").write_text("1\n2\n3\n")
+    code, out, _ = run(["infer", "--network", str(slice_store), "--truth", str(tmp_path / "wrong.tsv"),
+                        "--workers", "1", "--json"], capsys)
+    assert code == 0
+    report = json.loads(out)
+    assert report["matches_truth"] is False and report["mismatched"] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["infer", "--network", "nowhere.tar.gz"], "nowhere.tar.gz: no such file or directory"),
+    (["infer", "--inputs", "x.tsv"], "--inputs needs --network"),
+    (["import", "nowhere", "--out", "x.zarr"], "nowhere: no such file or directory"),
+    (["info", "nowhere.zarr"], "nowhere.zarr: no such store"),
+    (["generate", "--neurons", "1000", "--layers", "2", "--out", "x.zarr"], "no GraphChallenge bias"),
+    (["generate", "--neurons", "1024", "--layers", "0", "--out", "x.zarr"], "--layers must be at least 1"),
+    (["infer", "--dtype", "float16"], "invalid choice"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_errors_are_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(argv, capsys)
+    assert code == 2
+    assert message in err and err.startswith("dasknn: error: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_bad_file_through_the_command_line_names_file_and_line(tmp_path):
+    (tmp_path / "n1024-l1.tsv").write_text("1\t1\t0.0625\n1\t2\n")
+    proc = subprocess.run([sys.executable, "-m", "dasknn", "infer", "--network", str(tmp_path),
+                           "--inputs", "unused.tsv"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"dasknn: error: {tmp_path / 'n1024-l1.tsv'}:2: too few columns (expected 3)"
+    assert proc.stdout == ""
+
+
+def test_version_and_help():
+    proc = subprocess.run([sys.executable, "-m", "dasknn", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("dasknn 0.")
+    proc = subprocess.run([sys.executable, "-m", "dasknn", "infer", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "--network" in proc.stdout and "--json" in proc.stdout
+
+
+def test_info(slice_store, capsys):
+    code, out, _ = run(["info", str(slice_store), "--json", "--check"], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["layers"] == 12 and report["images"] == 1000 and report["truth"] == 249
+
+
+def test_import_does_not_load_cupy_or_the_cluster():
+    code = "import sys, dasknn, dasknn.io, dasknn.store; print(sorted(m for m in ('cupy', 'distributed') if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]"

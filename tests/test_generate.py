@@ -1,0 +1,75 @@
+"""The generator: RadiX-Net-style invariants, sizes, determinism by seed, synthetic images."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dasknn import generate, io, reference, store
+from dasknn.cli import main
+from dasknn.errors import DasknnError
+
+
+@pytest.mark.parametrize("neurons", [1024, 4096, 16384, 65536])
+@pytest.mark.parametrize("k", [1, 2, 7])
+def test_32_per_row_and_column_with_diagonal(neurons, k):
+    w = generate.butterfly_layer(neurons, k, generate.relabelling(neurons, 5))
+    assert w.shape == (neurons, neurons) and w.nnz == 32 * neurons
+    assert np.all(np.diff(w.indptr) == 32)  # per column
+    assert np.all(np.bincount(w.indices, minlength=neurons) == 32)  # per row
+    assert np.all(w.diagonal() == 1 / 16)
+    assert np.all(w.data == np.float32(1 / 16))
+    assert w.has_canonical_format
+
+
+def test_every_input_reaches_every_output():
+    # after b - 4 layers (b = log2 N) the product of the patterns is full
+    neurons = 256  # b = 8: 4 layers
+    reach = sp.identity(neurons, format="csr")
+    for k in range(1, 5):
+        reach = (reach @ generate.butterfly_layer(neurons, k, generate.relabelling(neurons, 1))).tocsr()
+        reach.data[:] = 1
+    assert reach.nnz == neurons * neurons
+
+
+def test_deterministic_by_seed():
+    a = generate.network(1024, 3, seed=7)
+    b = generate.network(1024, 3, seed=7)
+    c = generate.network(1024, 3, seed=8)
+    assert all((x != y).nnz == 0 for x, y in zip(a.layers, b.layers))
+    assert any((x != y).nnz > 0 for x, y in zip(a.layers, c.layers))
+    assert (generate.images(20, 1024, seed=7) != generate.images(20, 1024, seed=7)).nnz == 0
+    assert (generate.images(20, 1024, seed=7) != generate.images(20, 1024, seed=8)).nnz > 0
+
+
+@pytest.mark.parametrize("neurons", [1024, 4096])
+def test_images_are_about_ten_percent_set_and_some_survive(neurons):
+    im = generate.images(500, neurons, seed=2)
+    density = im.nnz / im.shape[0] / neurons
+    assert 0.05 < density < 0.15
+    net = generate.network(neurons, 40, seed=2)
+    cats = reference.infer_categories(net.layers, im, net.bias, net.ymax, np.float64)
+    # neither all nor none: the check against a truth means something
+    assert 0.05 * 500 < cats.size < 0.9 * 500
+
+
+@pytest.mark.parametrize("bad", [0, 1000, 48, -4])
+def test_bad_width(bad):
+    with pytest.raises(DasknnError, match="power of two"):
+        generate.butterfly_layer(bad, 1)
+
+
+def test_generate_store_and_tsv_agree(tmp_path, capsys):
+    assert main(["generate", "--neurons", "1024", "--layers", "4", "--images", "100", "--truth",
+                 "--out", str(tmp_path / "g.zarr")]) == 0
+    assert main(["generate", "--neurons", "1024", "--layers", "4", "--images", "100", "--truth",
+                 "--out", str(tmp_path / "tsv")]) == 0
+    s = store.open_store(tmp_path / "g.zarr")
+    net = io.read_network(tmp_path / "tsv" / "neuron1024")
+    assert s.depth == net.depth == 4
+    assert all((s.layer(k) != net.layers[k - 1]).nnz == 0 for k in range(1, 5))
+    assert (s.inputs.rows() != io.read_images(tmp_path / "tsv" / "sparse-images-1024.tsv")).nnz == 0
+    np.testing.assert_array_equal(s.inputs.truth(), io.read_categories(tmp_path / "tsv" / "neuron1024-l4-categories.tsv"))
+    expected = reference.infer_categories(net.layers, s.inputs.rows(), s.bias, s.ymax, np.float64)
+    np.testing.assert_array_equal(s.inputs.truth(), expected)

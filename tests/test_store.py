@@ -1,0 +1,193 @@
+"""The Zarr layer store: round trips, lazy block reads, validation that names the layer, atomic writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+
+from dasknn import generate, io, store
+from dasknn.cli import main
+from dasknn.errors import DasknnError
+
+
+@pytest.fixture()
+def small_store(tmp_path) -> tuple[Path, object, sp.csr_matrix]:
+    net = generate.network(64, 5, seed=3, bias=-0.3)
+    im = generate.images(40, 64, seed=3)
+    path = store.write_network(tmp_path / "s.zarr", net, im, np.array([1, 7, 39]))
+    return path, net, im
+
+
+def test_tsv_zarr_tsv_round_trip(slice_paths, tmp_path, capsys):
+    assert main(["import", str(slice_paths["network"]), "--inputs", str(slice_paths["images"]),
+                 "--truth", str(slice_paths["truth"]), "--out", str(tmp_path / "s.zarr"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["layers"] == 12 and report["edges"] == 12 * 32 * 1024 and report["images"] == 1000
+    assert main(["export", str(tmp_path / "s.zarr"), "--out", str(tmp_path / "back")]) == 0
+    original = io.read_network(slice_paths["network"])
+    back = io.read_network(tmp_path / "back" / "neuron1024")
+    for a, b in zip(original.layers, back.layers):
+        assert (a != b).nnz == 0
+    assert (io.read_images(tmp_path / "back" / "sparse-images-1024.tsv") != io.read_images(slice_paths["images"])).nnz == 0
+    np.testing.assert_array_equal(io.read_categories(tmp_path / "back" / "neuron1024-l12-categories.tsv"),
+                                  io.read_categories(slice_paths["truth"]))
+
+
+def test_layout_and_attributes(small_store):
+    path, net, _ = small_store
+    root = zarr.open_group(path, mode="r")
+    attrs = root.attrs["dasknn"]
+    assert attrs["complete"] and attrs["neurons"] == 64 and attrs["layers"] == 5 and attrs["bias"] == net.bias
+    desc = root["layers/1"].attrs["binsparse"]
+    assert desc["format"] == "CSC" and desc["shape"] == [64, 64] and desc["number_of_stored_values"] == 64 * 32
+    assert root["inputs"].attrs["binsparse"]["format"] == "CSR"
+    assert root["layers/1/values"].dtype == np.float32  # 1/16 is exact in float32: stored compactly
+
+
+@pytest.mark.parametrize("start, stop", [(0, 64), (0, 1), (10, 11), (5, 40), (63, 64), (20, 20)])
+def test_column_blocks_read_only_what_they_need(small_store, start, stop):
+    path, net, _ = small_store
+    s = store.open_store(path)
+    for k in (1, 5):
+        assert (s.columns(k, start, stop) != net.layers[k - 1][:, start:stop]).nnz == 0
+
+
+def test_row_blocks_are_separate_chunks(tmp_path, monkeypatch):
+    # a small chunk size: a block of columns must then read only some chunks of the layer
+    monkeypatch.setattr(store, "CHUNK_ENTRIES", 256)
+    monkeypatch.setattr(store, "CHUNK_ROWS", 16)
+    net = generate.network(64, 2, seed=1, bias=-0.3)
+    path = store.write_network(tmp_path / "c.zarr", net)
+    chunks = sorted(p.name for p in (path / "layers" / "1" / "indices_1" / "c").iterdir())
+    assert len(chunks) == 64 * 32 // 256
+    s = store.open_store(path)
+    assert (s.columns(1, 16, 24) != net.layers[0][:, 16:24]).nnz == 0
+
+
+def test_inputs_rows_and_truth(small_store):
+    path, _, im = small_store
+    s = store.open_store(path)
+    assert (s.inputs.rows(5, 17) != im[5:17]).nnz == 0
+    np.testing.assert_array_equal(s.inputs.truth(), [1, 7, 39])
+
+
+def _corrupt(path: Path, array: str, data: np.ndarray) -> None:
+    arr = zarr.open_array(path / array, mode="r+")
+    arr[:] = data
+
+
+def _swap_pointers(p: np.ndarray) -> None:
+    p[10], p[11] = p[11], p[10]
+
+
+def _index_out_of_range(i: np.ndarray) -> None:
+    i[5] = 64
+
+
+def _nan_value(v: np.ndarray) -> None:
+    v[3] = np.nan
+
+
+@pytest.mark.parametrize("k, array, attr, damage, message", [
+    (3, "pointers_to_1", "indptr", _swap_pointers, "layer 3: pointers_to_1 is not monotone"),
+    (2, "indices_1", "indices", _index_out_of_range, "layer 2: an index is outside 0..63"),
+    (5, "values", "data", _nan_value, "layer 5: a value is NaN"),
+])
+def test_damaged_layer_is_named(small_store, k, array, attr, damage, message):
+    path, net, _ = small_store
+    data = getattr(net.layers[k - 1], attr).copy()
+    damage(data)
+    _corrupt(path, f"layers/{k}/{array}", data)
+    with pytest.raises(DasknnError, match=message):
+        store.open_store(path)
+
+
+def test_flipped_byte_is_caught_by_the_checksum(small_store):
+    path, _, _ = small_store
+    chunk = next((path / "layers" / "4" / "indices_1" / "c").iterdir())
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(DasknnError, match=r"layer 4: cannot read entries .*damaged"):
+        store.open_store(path)
+
+
+def test_wrong_shape_and_missing_layer(small_store):
+    path, _, _ = small_store
+    root = zarr.open_group(path, mode="r+")
+    del root["layers/2"]
+    with pytest.raises(DasknnError, match="layer 2 is missing"):
+        store.open_store(path)
+
+
+def test_not_a_store(tmp_path):
+    with pytest.raises(DasknnError, match="no such store"):
+        store.open_store(tmp_path / "nothing.zarr")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(DasknnError, match="not a Zarr v3 group|not a dasknn store"):
+        store.open_store(tmp_path / "plain")
+    zarr.open_group(tmp_path / "other.zarr", mode="w")
+    with pytest.raises(DasknnError, match="not a dasknn store"):
+        store.open_store(tmp_path / "other.zarr")
+
+
+def test_interrupted_write_leaves_no_valid_store(tmp_path):
+    path = tmp_path / "x.zarr"
+    with pytest.raises(RuntimeError):
+        with store.StoreWriter(path, 64, 3, -0.3) as w:
+            w.write_layer(1, generate.butterfly_layer(64, 1))
+            raise RuntimeError("killed")
+    assert not path.exists()
+    assert list(tmp_path.iterdir()) == []  # the temporary folder is gone too
+
+
+def test_missing_layer_is_not_written(tmp_path):
+    path = tmp_path / "x.zarr"
+    with pytest.raises(DasknnError, match="layer 2 was never given"):
+        with store.StoreWriter(path, 64, 2, -0.3) as w:
+            w.write_layer(1, generate.butterfly_layer(64, 1))
+    assert not path.exists()
+
+
+def test_incomplete_store_does_not_open(small_store):
+    path, _, _ = small_store
+    root = zarr.open_group(path, mode="r+")
+    attrs = dict(root.attrs["dasknn"])
+    attrs["complete"] = False
+    root.attrs["dasknn"] = attrs
+    with pytest.raises(DasknnError, match="incomplete"):
+        store.open_store(path)
+
+
+def test_failed_import_keeps_the_old_store(slice_paths, tmp_path, capsys):
+    # a bad network must not destroy a good store of the same name, even with --overwrite
+    good = tmp_path / "s.zarr"
+    assert main(["import", str(slice_paths["network"]), "--out", str(good)]) == 0
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "n1024-l1.tsv").write_text("1\t1\t0.5\n")
+    (bad / "n1024-l2.tsv").write_text("1\t1\tnan\n")
+    assert main(["import", str(bad), "--out", str(good), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "n1024-l2.tsv:1: column 3 is not finite" in err
+    assert store.open_store(good).depth == 12
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "s.zarr"]
+
+
+def test_refuses_to_overwrite_without_flag(small_store):
+    path, net, _ = small_store
+    with pytest.raises(DasknnError, match="already exists"):
+        store.write_network(path, net)
+
+
+def test_precision_is_kept(tmp_path):
+    # values that float32 cannot hold are stored as float64: an import loses nothing
+    w = sp.csc_matrix(np.array([[0.1, 0.0], [0.0, 1.0 / 3.0]]))
+    net = generate.Network([w], bias=-0.1)
+    s = store.open_store(store.write_network(tmp_path / "p.zarr", net))
+    assert s.layer(1).dtype == np.float64 and (s.layer(1) != w).nnz == 0
