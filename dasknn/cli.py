@@ -214,8 +214,10 @@ def cmd_infer(args: argparse.Namespace) -> int:
 
         try:
             with local_client(args.workers, args.threads_per_worker, args.scheduler) as client:
-                result = engine.infer(network, inputs, client, images=args.batch, chunks=args.chunks,
-                                      dtype=args.dtype, progress=progress)
+                result = engine.infer(network, inputs, client, mode=args.mode, partition=args.partition,
+                                      group_size=args.group_size, images=args.batch, chunks=args.chunks,
+                                      segment=args.segment, sync_every=args.sync_every, dtype=args.dtype,
+                                      progress=progress)
         finally:
             bar.close()
     cats = result.categories
@@ -233,6 +235,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
         "seconds": round(result.seconds, 4),
         "edges_per_second": result.edges_per_second,
         "workers": result.workers, "chunks": result.chunks, "dtype": args.dtype,
+        "mode": result.mode, "group_size": result.group_size, "tasks": result.tasks,
+        "bytes_sent": result.bytes_sent, "plan_bytes": result.plan_bytes,
         "load_seconds": round(result.load_seconds, 3),
         **notes,
     }
@@ -241,7 +245,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
     _emit(args, report,
           f"{result.images} images x {result.layers} layers of {result.neurons} neurons ({result.edges} edges): "
           f"{cats.size} categories, {verdict}\n"
-          f"inference {result.seconds:.3f} s on {result.workers} workers: {result.edges_per_second:.3e} edges/s")
+          f"inference {result.seconds:.3f} s on {result.workers} workers ({result.mode} mode): "
+          f"{result.edges_per_second:.3e} edges/s")
     return 0
 
 
@@ -308,7 +313,18 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] or a store (default: the network store's inputs)")
     f.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv (default: the truth stored with the inputs)")
     f.add_argument("--batch", type=int, help="use only the first BATCH images")
-    f.add_argument("--chunks", type=int, help="number of image chunks (default: 4 per worker thread)")
+    f.add_argument("--mode", choices=("data", "model", "hybrid"), default="data",
+                   help="data: every worker runs every layer on its images; model: the layers are partitioned "
+                        "over the workers; hybrid: groups of workers split the batch, each group partitions the "
+                        "layers (default data)")
+    f.add_argument("--partition", default="hypergraph",
+                   help="model/hybrid: a method (hypergraph, hypergraph-shared, hypergraph-layered, block, random) "
+                        "or an owners .npy file (default hypergraph)")
+    f.add_argument("--group-size", type=int, help="hybrid: workers per group (default 2)")
+    f.add_argument("--chunks", type=int, help="number of image chunks (default: 2 per worker thread)")
+    f.add_argument("--segment", type=int, help="data mode: layers per task (default: all)")
+    f.add_argument("--sync-every", type=int, default=2,
+                   help="model mode: layers between exchanges of alive masks that drop dead images (default 2)")
     f.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="arithmetic (default float32)")
     f.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
     f.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")

@@ -1,11 +1,23 @@
-"""Running inference on a Dask cluster.
+"""Running inference on a Dask cluster: per-layer task graphs over partitioned blocks.
 
-Data-parallel for now: the batch is cut into chunks of images; every worker loads the layers once, straight
-from the store, and each chunk runs through all layers in one task on the worker that holds its images. Nothing
-but the store's path, block bounds and the category indices passes through the client.
+The workers are split into *groups*; each group runs its share of the batch's image chunks, and the network is
+partitioned over the workers of a group:
 
-Timing follows the challenge: the clock starts when the weights and inputs sit in the workers' memory and
-stops when the categories are back on the client.
+* ``data`` mode: groups of one worker. Every worker holds every layer and runs a chunk through a whole segment of
+  consecutive layers in one task (no exchange is needed, so tasks stay coarse).
+* ``model`` mode: one group of all workers. Part ``q`` owns the columns (output neurons) the partition gives it,
+  reads only those from the store, and per layer and chunk runs ``spmm-l{k}-p{q}-c{c}``, fed by its own previous
+  block and by ``send-l{k}-p{p}-to{q}-c{c}`` tasks that cut out of part ``p``'s block exactly the rows the plan
+  says ``q`` needs. Tasks are pinned to workers, so those messages are the only activation traffic and Dask moves
+  them worker to worker.
+* ``hybrid``: groups of ``group_size`` workers, each a model-mode group on its own chunks.
+
+Dead images (all-zero activations can never come back) are dropped: in data mode inside the segment task, in
+model mode every ``sync_every`` layers, when each part sends a small alive mask to the others and all compact the
+same way. Categories come back with their original indices.
+
+Timing follows the challenge: the clock starts once weights and inputs sit in the workers' memory and stops when
+the categories are back on the client. The client never holds weights or activations: workers read the store.
 """
 
 from __future__ import annotations
@@ -20,9 +32,14 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from . import reference
+from . import kernels
 from .errors import DasknnError
+from .plan import PartLayer, Plan, build_plan, local_block
 from .store import open_inputs, open_store
+
+MODES = ("data", "model", "hybrid")
+
+Block = tuple[np.ndarray, np.ndarray, np.ndarray]  # indptr, indices, data (CSC)
 
 
 @dataclass
@@ -37,7 +54,13 @@ class InferenceResult:
     seconds: float
     workers: int
     chunks: int
+    mode: str = "data"
+    group_size: int = 1
     load_seconds: float = 0.0
+    tasks: int = 0
+    plan_volume: list[int] = field(default_factory=list)
+    bytes_sent: int = 0
+    plan_bytes: int = 0
     extra: dict = field(default_factory=dict)
 
     @property
@@ -46,20 +69,88 @@ class InferenceResult:
         return self.images * self.edges / self.seconds if self.seconds > 0 else float("nan")
 
 
-def _load_weights(path: str, dtype: str) -> list[sp.csr_matrix]:
-    # Runs on a worker: the layers come from the store, never through the client. CSR because the
-    # reference product is row-major over images.
+# --- tasks (run on workers) ---------------------------------------------------------------------------------
+
+
+def _load_all_layers(path: str, dtype: str) -> list[Block]:
+    # data mode: the whole network, read by the worker straight from the store
     store = open_store(path, check="metadata")
-    return [w.astype(dtype).tocsr() for w in store.iter_layers()]
+    return [(w.indptr, w.indices, w.data.astype(dtype)) for w in store.iter_layers()]
 
 
-def _load_images(path: str, start: int, stop: int, dtype: str) -> sp.csr_matrix:
-    return open_inputs(path).rows(start, stop).astype(dtype)
+def _load_part_layers(path: str, part: list[PartLayer], dtype: str) -> list[Block]:
+    # model mode: only this part's columns of each layer, re-indexed into its input space
+    store = open_store(path, check="metadata")
+    out = []
+    for k, pl in enumerate(part, start=1):
+        indptr, indices, data = local_block(store.layer(k), pl)
+        out.append((indptr, indices, data.astype(dtype)))
+    return out
 
 
-def _run_chunk(weights: list[sp.csr_matrix], images: sp.csr_matrix, start: int, bias: float, ymax: float) -> np.ndarray:
-    y = reference.infer(weights, images, bias, ymax, images.dtype)
-    return reference.categories(y) + start
+def _load_images(path: str, start: int, stop: int, rows: np.ndarray | None, dtype: str) -> np.ndarray:
+    block = open_inputs(path).rows(start, stop)
+    yt = kernels.dense_transposed(block, np.dtype(dtype))
+    return yt if rows is None else np.ascontiguousarray(yt[rows])
+
+
+def _run_segment(weights: list[Block], yt: np.ndarray, ids: np.ndarray | int, first: int, last: int,
+                 bias: float, ymax: float, final: bool):
+    # ids: the images' original indices, or (first segment) the chunk's first index
+    ids = np.arange(ids, ids + yt.shape[1]) if isinstance(ids, int) else ids
+    yt, ids = kernels.run_layers(yt, weights[first - 1:last], bias, ymax, ids)
+    return ids if final else (yt, ids)
+
+
+def _segment_state(state, part: int):
+    return state[part]
+
+
+def _keep(masks: list[np.ndarray]) -> np.ndarray:
+    keep = masks[0].copy()
+    for m in masks[1:]:
+        keep |= m
+    return keep
+
+
+def _send(block: np.ndarray, rows: np.ndarray, masks: list[np.ndarray] | None) -> np.ndarray:
+    # the message: only the rows the receiver needs, only for images still alive
+    msg = block[rows]
+    return np.ascontiguousarray(msg[:, _keep(masks)]) if masks else msg
+
+
+def _spmm(weights: list[Block], k: int, local_dst: np.ndarray, local_src: np.ndarray, n_inputs: int,
+          block: np.ndarray, masks: list[np.ndarray] | None, bias: float, ymax: float,
+          recv: tuple[np.ndarray, ...], *messages: np.ndarray) -> np.ndarray:
+    if masks:
+        block = block[:, _keep(masks)]
+    yt = np.empty((n_inputs, block.shape[1]), dtype=block.dtype)
+    yt[local_dst] = block[local_src]
+    for dst, msg in zip(recv, messages):
+        yt[dst] = msg
+    indptr, indices, data = weights[k - 1]
+    return kernels.layer_step(yt, indptr, indices, data, bias, ymax)
+
+
+def _mask(block: np.ndarray) -> np.ndarray:
+    return kernels.alive(block)
+
+
+def _categories(start: int, count: int, *rounds: list[np.ndarray]) -> tuple[np.ndarray, list[int]]:
+    # replay the compactions: each round is the parts' alive masks at one sync layer
+    ids = np.arange(start, start + count)
+    alive = []
+    for masks in rounds:
+        ids = ids[_keep(masks)]
+        alive.append(int(ids.size))
+    return ids, alive
+
+
+def _bytes_sent(dask_worker) -> int:
+    return int(dask_worker.transfer_outgoing_bytes_total)
+
+
+# --- graph building (client) --------------------------------------------------------------------------------
 
 
 def chunk_bounds(images: int, chunks: int) -> list[tuple[int, int]]:
@@ -68,13 +159,92 @@ def chunk_bounds(images: int, chunks: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
+def sync_layers(depth: int, sync_every: int) -> list[int]:
+    """Layers after which model-mode parts exchange alive masks and drop dead images (always the last)."""
+    return sorted(set(range(sync_every, depth + 1, sync_every)) | {depth})
+
+
+class _Graph:
+    """A task graph whose keys are pinned to workers: one HighLevelGraph layer per worker."""
+
+    def __init__(self, run: str):
+        self.run = run
+        self.by_worker: dict[str, dict] = {}
+
+    def add(self, worker: str, name: str, task: tuple) -> str:
+        key = f"{name}-{self.run}"
+        self.by_worker.setdefault(worker, {})[key] = task
+        return key
+
+    def __len__(self) -> int:
+        return sum(len(d) for d in self.by_worker.values())
+
+    def submit(self, client, keys: list[str]) -> list:
+        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+        layers = {f"w{i}-{self.run}": MaterializedLayer(d, annotations={"workers": [w], "allow_other_workers": False})
+                  for i, (w, d) in enumerate(self.by_worker.items())}
+        deps = {name: set(layers) - {name} for name in layers}
+        return client.get(HighLevelGraph(layers, deps), keys, sync=False)
+
+
+def _ref(key: str):
+    from dask._task_spec import TaskRef
+
+    return TaskRef(key)
+
+
+def _refs(keys: list[str]):
+    # a list argument whose items are other tasks' results
+    from dask._task_spec import List, TaskRef
+
+    return List(*(TaskRef(k) for k in keys))
+
+
+def _check_mode(mode: str, workers: int, group_size: int | None) -> int:
+    if mode not in MODES:
+        raise DasknnError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if mode == "data":
+        return 1
+    if mode == "model":
+        return workers
+    g = group_size or (2 if workers % 2 == 0 and workers >= 4 else workers)
+    if g < 1 or workers % g:
+        raise DasknnError(f"--group-size {g} must divide the {workers} workers")
+    return g
+
+
+def resolve_partition(store_path: str, partition, parts: int, seed: int = 0) -> np.ndarray:
+    """An owners array for ``parts`` parts: computed by a method name, loaded from ``.npy``, or given."""
+    from . import partition as part_mod
+
+    store = open_store(store_path, check="metadata")
+    if isinstance(partition, np.ndarray):
+        owners = partition
+    elif isinstance(partition, (str, os.PathLike)) and str(partition).endswith(".npy"):
+        try:
+            owners = np.load(partition, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise DasknnError(f"cannot read the partition ({e})", partition) from None
+    else:
+        if parts == 1:
+            return np.zeros((store.depth + 1, store.neurons), dtype=np.int32)
+        owners = part_mod.partition_network(store.network().layers, parts, str(partition), seed=seed)
+    return part_mod.validate_partition(owners, store.depth, store.neurons, parts)
+
+
 def infer(
     network: str | os.PathLike[str],
     inputs: str | os.PathLike[str] | None = None,
     client=None,
     *,
+    mode: str = "data",
+    partition: str | np.ndarray = "hypergraph",
+    group_size: int | None = None,
     images: int | None = None,
     chunks: int | None = None,
+    segment: int | None = None,
+    sync_every: int = 2,
     dtype: str = "float32",
     progress: Callable[[int, int], None] | None = None,
 ) -> InferenceResult:
@@ -88,10 +258,20 @@ def infer(
         A store holding inputs; the network store itself by default.
     client
         A ``distributed.Client``; a local cluster is started (and closed) when None.
+    mode
+        ``"data"``, ``"model"`` or ``"hybrid"`` (see the module's description).
+    partition
+        For model and hybrid modes: a method of :mod:`dasknn.partition`, a ``.npy`` owners file, or an array.
+    group_size
+        Workers per group in hybrid mode (2 by default where the workers divide evenly).
     images
         Use only the first ``images`` inputs.
     chunks
-        Number of image chunks (tasks); 4 per worker thread by default, for balance.
+        Number of image chunks; 2 per worker thread by default, so chunks pipeline through layers.
+    segment
+        Data mode: layers per task (all by default: no exchange is needed between them).
+    sync_every
+        Model mode: layers between alive-mask exchanges that drop dead images.
     dtype
         ``"float32"`` or ``"float64"``.
     progress
@@ -109,56 +289,160 @@ def infer(
     count = batch.images if images is None else images
     if not 1 <= count <= batch.images:
         raise DasknnError(f"--batch must be between 1 and {batch.images} (the stored images), not {count}")
+    if sync_every < 1:
+        raise DasknnError("--sync-every must be at least 1")
     if client is None:
         from .cluster import local_client
 
         with local_client() as c:
-            return infer(path, in_path, c, images=count, chunks=chunks, dtype=dtype, progress=progress)
+            return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
+                         chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, progress=progress)
 
-    from distributed import wait
-
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    workers = sorted(info)
     if not workers:
         raise DasknnError("the Dask cluster has no workers")
-    threads = sum(w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values())
-    bounds = chunk_bounds(count, chunks or 4 * threads)
+    g = _check_mode(mode, len(workers), group_size)
+    groups = [workers[i:i + g] for i in range(0, len(workers), g)]
+    threads = sum(w["nthreads"] for w in info.values())
+    bounds = chunk_bounds(count, chunks or 2 * threads)
     run = uuid.uuid4().hex[:8]
+    depth = store.depth
 
+    plan = None
+    if g > 1:
+        owners = resolve_partition(path, partition, g)
+        plan = build_plan(store.network().layers, owners)
+
+    # phase 1, untimed: weights and inputs into the workers' memory
     t0 = time.perf_counter()
-    weights = {
-        w: client.submit(_load_weights, path, dtype, key=f"load-weights-w{i}-{run}", workers=[w],
-                         allow_other_workers=False, pure=False)
-        for i, w in enumerate(workers)
-    }
-    placed = [workers[c % len(workers)] for c in range(len(bounds))]
-    blocks = [
-        client.submit(_load_images, in_path, a, b, dtype, key=f"load-images-c{c}-{run}", workers=[w],
-                      allow_other_workers=False, pure=False)
-        for c, ((a, b), w) in enumerate(zip(bounds, placed))
-    ]
-    wait(list(weights.values()) + blocks)
-    for f in list(weights.values()) + blocks:
+    load = _Graph(run)
+    weight_keys: dict[str, str] = {}
+    image_keys: dict[tuple[int, int], str] = {}
+    chunk_group = [c % len(groups) for c in range(len(bounds))]
+    for gi, members in enumerate(groups):
+        for q, w in enumerate(members):
+            if plan is None:
+                weight_keys[w] = load.add(w, f"weights-w{workers.index(w)}", (_load_all_layers, path, dtype))
+            else:
+                weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (_load_part_layers, path, plan.part(q), dtype))
+    for c, (a, b) in enumerate(bounds):
+        members = groups[chunk_group[c]]
+        if plan is None:
+            w = members[(c // len(groups)) % len(members)]
+            image_keys[(c, 0)] = load.add(w, f"images-c{c}", (_load_images, in_path, a, b, None, dtype))
+        else:
+            for q, w in enumerate(members):
+                image_keys[(c, q)] = load.add(w, f"images-p{q}-c{c}",
+                                              (_load_images, in_path, a, b, plan.inputs_owned[q], dtype))
+    loaded = dict(zip(list(weight_keys.values()) + list(image_keys.values()),
+                      load.submit(client, list(weight_keys.values()) + list(image_keys.values()))))
+    from distributed import as_completed, wait
+
+    wait(list(loaded.values()))
+    for f in loaded.values():
         if f.status == "error":
-            f.result()  # re-raise the worker's DasknnError here
+            f.result()  # re-raise the worker's error (a DasknnError names the store and layer)
     load_seconds = time.perf_counter() - t0
 
+    # phase 2, timed: the inference graph, referring to the loaded blocks by their futures
+    graph = _Graph(run)
+    result_keys: list[str] = []
+    for c, (a, b) in enumerate(bounds):
+        members = groups[chunk_group[c]]
+        if plan is None:
+            w = members[(c // len(groups)) % len(members)]
+            result_keys.append(_data_chunk(graph, c, a, w, loaded[weight_keys[w]], loaded[image_keys[(c, 0)]],
+                                           depth, segment or depth, store.bias, store.ymax))
+        else:
+            result_keys.append(_model_chunk(graph, c, a, b - a, members, plan, weight_keys, image_keys, loaded,
+                                            depth, sync_every, store.bias, store.ymax))
+    sent_before = client.run(_bytes_sent)
     t0 = time.perf_counter()
-    futures = [
-        client.submit(_run_chunk, weights[w], blk, a, store.bias, store.ymax, key=f"infer-l1-{store.depth}-c{c}-{run}",
-                      workers=[w], allow_other_workers=False, pure=False)
-        for c, ((a, _), w, blk) in enumerate(zip(bounds, placed, blocks))
-    ]
-    from distributed import as_completed
-
-    found = []
+    futures = graph.submit(client, result_keys)
+    found = {}
     for done, fut in enumerate(as_completed(futures), start=1):
-        found.append(fut.result())
+        found[fut.key] = fut.result()
         if progress is not None:
             progress(done, len(futures))
     seconds = time.perf_counter() - t0
-    cats = np.sort(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
-    client.cancel(list(weights.values()) + blocks + futures)
+    sent_after = client.run(_bytes_sent)
+    bytes_sent = sum(sent_after[w] - sent_before.get(w, 0) for w in sent_after)
+    itemsize = np.dtype(dtype).itemsize
+    plan_bytes = 0
+    ids = []
+    for c, key in enumerate(result_keys):
+        if plan is None:
+            ids.append(found[key])
+            continue
+        chunk_ids, alive = found[key]
+        ids.append(chunk_ids)
+        # what the plan says crosses: each layer's volume x the images alive when it runs x the item size
+        width = bounds[c][1] - bounds[c][0]
+        rounds = iter(alive)
+        for k in range(1, depth + 1):
+            plan_bytes += plan.volume(k) * width * itemsize
+            if k in set(sync_layers(depth, sync_every)):
+                width = next(rounds)
+    for f in list(loaded.values()) + futures:
+        f.release()  # the blocks leave the workers' memory
+    cats = np.sort(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64)
     return InferenceResult(
-        categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
-        seconds=seconds, workers=len(workers), chunks=len(bounds), load_seconds=load_seconds,
+        categories=cats, images=count, neurons=store.neurons, layers=depth, edges=store.edges, seconds=seconds,
+        workers=len(workers), chunks=len(bounds), mode=mode, group_size=g, load_seconds=load_seconds,
+        tasks=len(graph), plan_volume=[] if plan is None else plan.volumes().tolist(),
+        bytes_sent=bytes_sent, plan_bytes=plan_bytes,
     )
+
+
+def _data_chunk(graph: _Graph, c: int, start: int, w: str, weights, images, depth: int, segment: int, bias: float,
+                ymax: float) -> str:
+    key = ""
+    for first in range(1, depth + 1, segment):
+        last = min(depth, first + segment - 1)
+        final = last == depth
+        args = (weights, images, start, first, last, bias, ymax, final)
+        if first > 1:
+            # continue from the previous segment's (yt, ids)
+            yt_key = graph.add(w, f"state-l{first - 1}-c{c}-yt", (_segment_state, _ref(key), 0))
+            id_key = graph.add(w, f"state-l{first - 1}-c{c}-ids", (_segment_state, _ref(key), 1))
+            args = (weights, _ref(yt_key), _ref(id_key), first, last, bias, ymax, final)
+        key = graph.add(w, f"spmm-l{first}-{last}-p0-c{c}", (_run_segment, *args))
+    return key
+
+
+def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[str], plan: Plan,
+                 weight_keys: dict[str, str], image_keys: dict[tuple[int, int], str], loaded: dict,
+                 depth: int, sync_every: int, bias: float, ymax: float) -> str:
+    parts = len(members)
+    syncs = set(sync_layers(depth, sync_every))
+    blocks = [loaded[image_keys[(c, q)]] for q in range(parts)]  # futures, then keys of spmm tasks
+    masks = None  # keys of the alive masks of the last sync layer, if compaction is pending
+    rounds = []
+    for k in range(1, depth + 1):
+        layer = plan.layers[k - 1]
+        mask_args = None if masks is None else _refs(masks)
+
+        def ref(x):
+            return _ref(x) if isinstance(x, str) else x
+
+        sends: dict[tuple[int, int], str] = {}
+        for p in range(parts):
+            for q, rows in layer[p].send.items():
+                sends[(p, q)] = graph.add(members[p], f"send-l{k}-p{p}-to{q}-c{c}",
+                                          (_send, ref(blocks[p]), rows, mask_args))
+        new_blocks = []
+        for q in range(parts):
+            pl = layer[q]
+            senders = sorted(pl.recv)
+            new_blocks.append(graph.add(
+                members[q], f"spmm-l{k}-p{q}-c{c}",
+                (_spmm, loaded[weight_keys[members[q]]], k, pl.local[0], pl.local[1], len(pl.inputs),
+                 ref(blocks[q]), mask_args, bias, ymax, tuple(pl.recv[p] for p in senders),
+                 *(_ref(sends[(p, q)]) for p in senders))))
+        blocks = new_blocks
+        masks = None
+        if k in syncs:
+            masks = [graph.add(members[q], f"alive-l{k}-p{q}-c{c}", (_mask, _ref(blocks[q]))) for q in range(parts)]
+            rounds.append(_refs(masks))
+    return graph.add(members[0], f"categories-c{c}", (_categories, start, count, *rounds))

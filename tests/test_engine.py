@@ -1,26 +1,93 @@
-"""Inference on a Dask cluster gives the reference's categories."""
+"""Inference on a Dask cluster, in every mode, against the reference and the truth."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dasknn import engine, generate, reference, store
+from dasknn import engine, generate, kernels, plan, reference, store
 from dasknn.errors import DasknnError
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("chunks", [1, 3, 8])
-def test_slice_matches_reference(client, slice_store, slice_truth, dtype, chunks):
-    result = engine.infer(slice_store, client=client, chunks=chunks, dtype=dtype)
+@pytest.fixture(scope="module")
+def client4():
+    from dasknn.cluster import local_client
+
+    with local_client(workers=4, threads_per_worker=1) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def client1():
+    from dasknn.cluster import local_client
+
+    with local_client(workers=1, threads_per_worker=1) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def float32_reference(slice_store):
     s = store.open_store(slice_store)
-    expected = reference.infer_categories(s.iter_layers(), s.inputs.rows(), s.bias, s.ymax, np.dtype(dtype))
-    np.testing.assert_array_equal(result.categories, expected)
+    return reference.infer_categories(s.iter_layers(), s.inputs.rows(), s.bias, s.ymax, np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode, partition", [("data", None), ("model", "block"), ("model", "random"),
+                                             ("model", "hypergraph"), ("hybrid", "random")])
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_every_mode_matches_the_truth(request, slice_store, slice_truth, float32_reference, dtype, mode, partition,
+                                      workers):
+    client = request.getfixturevalue({1: "client1", 2: "client", 4: "client4"}[workers])
+    # 2 chunks: enough to pipeline, few enough tasks for 4 workers on a 2-core machine
+    result = engine.infer(slice_store, client=client, mode=mode, partition=partition or "block", dtype=dtype,
+                          chunks=2)
     if dtype == "float64":
         np.testing.assert_array_equal(result.categories, slice_truth)
-    assert result.images == 1000 and result.layers == 12 and result.workers == 2
-    assert result.chunks == chunks and result.seconds > 0
+    else:
+        assert np.setxor1d(result.categories, float32_reference).size <= 5
+    assert result.images == 1000 and result.layers == 12 and result.workers == workers
+    s = store.open_store(slice_store)
     assert result.edges_per_second == pytest.approx(1000 * s.edges / result.seconds)
+
+
+@pytest.mark.parametrize("partition", ["block", "random"])
+@pytest.mark.parametrize("sync_every", [1, 3, 100])
+@pytest.mark.parametrize("chunks", [1, 5])
+def test_model_mode_transfers_match_the_plan(client, slice_store, slice_truth, partition, sync_every, chunks):
+    result = engine.infer(slice_store, client=client, mode="model", partition=partition, sync_every=sync_every,
+                          chunks=chunks, dtype="float64")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    # what Dask's transfer counters saw, against what the plan says crosses
+    assert result.plan_bytes > 0
+    assert result.bytes_sent == pytest.approx(result.plan_bytes, rel=0.10)
+
+
+def test_dead_images_cut_the_exchange(client, slice_store):
+    rarely = engine.infer(slice_store, client=client, mode="model", partition="random", sync_every=100, chunks=2)
+    often = engine.infer(slice_store, client=client, mode="model", partition="random", sync_every=1, chunks=2)
+    np.testing.assert_array_equal(rarely.categories, often.categories)
+    assert often.plan_bytes < 0.8 * rarely.plan_bytes
+
+
+def test_data_mode_segments(client, slice_store, slice_truth):
+    for segment in (1, 5, 12):
+        result = engine.infer(slice_store, client=client, segment=segment, chunks=3, dtype="float64")
+        np.testing.assert_array_equal(result.categories, slice_truth)
+        n = -(-12 // segment)
+        assert result.tasks == 3 * (n + 2 * (n - 1))  # segment tasks, and 2 getters between consecutive ones
+
+
+def test_task_keys_name_layer_part_and_chunk(client, slice_store):
+    from distributed import get_task_stream
+
+    with get_task_stream(client) as ts:
+        engine.infer(slice_store, client=client, mode="model", partition="block", chunks=2, images=100)
+    keys = {t["key"] for t in ts.data}
+    assert any(k.startswith("spmm-l12-p1-c1-") for k in keys)
+    assert any(k.startswith("send-l3-p0-to1-c0-") for k in keys)
+    assert any(k.startswith("alive-l12-p0-c1-") for k in keys)
+    workers = {t["worker"] for t in ts.data if t["key"].startswith("spmm-l5-p1-")}
+    assert len(workers) == 1  # part 1 is pinned to one worker
 
 
 def test_batch_prefix_and_separate_inputs(client, tmp_path):
@@ -28,17 +95,25 @@ def test_batch_prefix_and_separate_inputs(client, tmp_path):
     im = generate.images(300, 1024, seed=4)
     path = store.write_network(tmp_path / "n.zarr", net)
     inputs = store.write_inputs_store(tmp_path / "i.zarr", im)
-    result = engine.infer(path, inputs, client, images=120, chunks=5)
-    expected = reference.infer_categories(net.layers, im[:120], net.bias, net.ymax, np.float32)
-    np.testing.assert_array_equal(result.categories, expected)
+    expected = reference.infer_categories(net.layers, im[:120], net.bias, net.ymax, np.float64)
+    for mode in ("data", "model"):
+        result = engine.infer(path, inputs, client, images=120, chunks=5, mode=mode, dtype="float64")
+        np.testing.assert_array_equal(result.categories, expected)
 
 
-def test_bad_batch_and_width(client, slice_store, tmp_path):
+def test_bad_arguments(client, slice_store, tmp_path):
     with pytest.raises(DasknnError, match="--batch must be between 1 and 1000"):
         engine.infer(slice_store, client=client, images=5000)
     other = store.write_inputs_store(tmp_path / "i.zarr", generate.images(10, 4096))
     with pytest.raises(DasknnError, match="4096 pixels per image, the network 1024"):
         engine.infer(slice_store, other, client)
+    with pytest.raises(DasknnError, match="--mode must be one of"):
+        engine.infer(slice_store, client=client, mode="diagonal")
+    with pytest.raises(DasknnError, match="must divide the 2 workers"):
+        engine.infer(slice_store, client=client, mode="hybrid", group_size=3)
+    np.save(tmp_path / "bad.npy", np.zeros((3, 1024), dtype=np.int32))
+    with pytest.raises(DasknnError):
+        engine.infer(slice_store, client=client, mode="model", partition=str(tmp_path / "bad.npy"))
 
 
 def test_chunk_bounds_cover_everything():
@@ -46,3 +121,46 @@ def test_chunk_bounds_cover_everything():
         bounds = engine.chunk_bounds(images, chunks)
         assert bounds[0][0] == 0 and bounds[-1][1] == images
         assert all(a < b for a, b in bounds) and all(b == c for (_, b), (c, _) in zip(bounds, bounds[1:]))
+
+
+# --- kernels and plan, below the engine --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("images", [1, 7, 300, 600])  # below, at and across the kernel's tile of 256
+@pytest.mark.parametrize("density", [0.05, 0.5])
+def test_layer_step_matches_scipy(dtype, images, density):
+    rng = np.random.default_rng(images)
+    w = (generate.sp.random(64, 48, density=density, random_state=rng, format="csc", dtype=dtype) * 3)
+    y = generate.sp.random(images, 64, density=0.3, random_state=rng, format="csr", dtype=dtype) * 2
+    out = kernels.layer_step(kernels.dense_transposed(y, dtype), w.indptr, w.indices, w.data, -0.3, 1.5)
+    expected = reference.layer_step(y, w, -0.3, 1.5).toarray().T
+    assert out.dtype == dtype
+    np.testing.assert_allclose(out, expected, rtol=1e-6 if dtype == np.float32 else 1e-12)
+
+
+def test_kernel_dispatch_is_by_array_type():
+    with pytest.raises(TypeError, match="no layer_step kernel for arrays of type builtins.list"):
+        kernels.layer_step([1.0], None, None, None, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("method", ["block", "random"])
+@pytest.mark.parametrize("parts", [2, 3, 5])
+def test_plan_reassembles_every_input(method, parts):
+    from dasknn import partition
+
+    net = generate.network(256, 4, seed=parts, bias=-0.3)
+    owners = partition.partition_network(net.layers, parts, method, seed=1)
+    p = plan.build_plan(net.layers, owners)
+    assert p.volumes().tolist() == partition.layer_volumes(net.layers, owners).tolist()
+    prev = {q: p.inputs_owned[q] for q in range(parts)}
+    for k, layer in enumerate(p.layers, start=1):
+        for q, pl in enumerate(layer):
+            # every needed input is filled exactly once: locally, or from the part that owns it
+            got = np.full(pl.inputs.size, -1)
+            got[pl.local[0]] = prev[q][pl.local[1]]
+            for src, dst in pl.recv.items():
+                got[dst] = prev[src][layer[src].send[q]]
+            np.testing.assert_array_equal(got, pl.inputs)
+            assert np.all(owners[k][pl.outputs] == q)
+        prev = {q: layer[q].outputs for q in range(parts)}
