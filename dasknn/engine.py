@@ -215,8 +215,10 @@ def _check_mode(mode: str, workers: int, group_size: int | None) -> int:
 
 
 def resolve_partition(store_path: str, partition, parts: int, seed: int = 0) -> np.ndarray:
-    """An owners array for ``parts`` parts: computed by a method name, loaded from ``.npy``, or given."""
+    """An owners array for ``parts`` parts: a method name (computed once, then kept in the store), a ``.npy``
+    file, or an array."""
     from . import partition as part_mod
+    from .store import load_partition, partition_name, save_partition
 
     store = open_store(store_path, check="metadata")
     if isinstance(partition, np.ndarray):
@@ -227,10 +229,22 @@ def resolve_partition(store_path: str, partition, parts: int, seed: int = 0) -> 
         except (OSError, ValueError) as e:
             raise DasknnError(f"cannot read the partition ({e})", partition) from None
     else:
-        if parts == 1:
-            return np.zeros((store.depth + 1, store.neurons), dtype=np.int32)
-        owners = part_mod.partition_network(store.network().layers, parts, str(partition), seed=seed)
-    return part_mod.validate_partition(owners, store.depth, store.neurons, parts)
+        name = partition_name(str(partition), parts, seed)
+        saved = load_partition(store_path, name)
+        if saved is not None:
+            owners = saved[0]
+        else:
+            t0 = time.perf_counter()
+            layers = store.network().layers
+            owners = part_mod.partition_network(layers, parts, str(partition), seed=seed)
+            report = part_mod.partition_report(layers, owners, str(partition), time.perf_counter() - t0)
+            if os.access(store_path, os.W_OK):
+                save_partition(store_path, name, owners, report)
+    owners = part_mod.validate_partition(owners, store.depth, store.neurons)
+    if int(owners.max()) + 1 != parts:
+        raise DasknnError(f"the partition has {int(owners.max()) + 1} parts but each group has {parts} workers; "
+                          f"partition with --parts {parts} or change --workers/--group-size")
+    return owners
 
 
 def infer(

@@ -31,9 +31,11 @@ Methods
     balanced on its own layer's work, whatever the network.
 ``hypergraph``
     The default: ``hypergraph-layered`` without the sweeps. On the challenge network (1024 x 120) the
-    forward pass alone sends about a third less than ``hypergraph-shared`` in similar or less time, because
-    a RadiX-Net layer's locality changes from layer to layer and one owner per index cannot follow it; the
-    sweeps win a further ~0.5 % for about the forward pass's time each (see BENCHMARKS.md).
+    forward pass alone sends 26-31 % less than ``hypergraph-shared`` at K = 4 and 16 (1 % less at K = 64) in
+    similar time, because a RadiX-Net layer's locality changes from layer to layer and one owner per index
+    cannot follow it, and it keeps every layer balanced on any network, where one shared owner can balance
+    only the summed work. The sweeps win a further 0.2-1 % for 1.5-2 times the forward pass's time each
+    (see BENCHMARKS.md).
 
 Mt-KaHyPar is seeded, but with more than one thread its parallel refinement is not bit-for-bit
 deterministic: two runs may differ slightly in volume (never in validity or balance).
@@ -251,8 +253,21 @@ def layer_imbalance(layers: Sequence[sp.csc_matrix], owners: np.ndarray, *, part
     return _imbalance(part_work(layers, owners, parts=parts))
 
 
-def partition_report(layers: Sequence[sp.csc_matrix], owners: np.ndarray, method: str, seconds: float, *, parts: int | None = None) -> dict[str, Any]:
+def partition_report(
+    layers: Sequence[sp.csc_matrix], owners: np.ndarray, method: str, seconds: float, *, parts: int | None = None
+) -> dict[str, Any]:
     """Summarise a partition's cost.
+
+    Parameters
+    ----------
+    layers, owners
+        The network and its partition.
+    method
+        Label recorded in the report.
+    seconds
+        How long partitioning took.
+    parts
+        Number of parts; inferred as ``owners.max() + 1`` when omitted.
 
     Returns
     -------
@@ -331,7 +346,8 @@ def _mtk(threads: int | None) -> Any:
 def _context(parts: int, eps: float, caps: Sequence[int]) -> Any:
     import mtkahypar
 
-    # DEFAULT: QUALITY and HIGHEST_QUALITY were measured no better on these hypergraphs at several times the cost.
+    # DEFAULT: on the challenge network QUALITY came out within DEFAULT's run-to-run spread (128.2k against
+    # 128.2k-128.7k at K = 16) for ~5 % more time; HIGHEST_QUALITY took twice as long for < 1 %.
     ctx = _MTK.context_from_preset(mtkahypar.PresetType.DEFAULT)
     ctx.set_partitioning_parameters(parts, eps, mtkahypar.Objective.KM1)
     ctx.logging = False
@@ -647,7 +663,15 @@ def partition_network(
 
 
 # --------------------------------------------------------------------------------------------- plot
-def plot_partition(layers: Sequence[sp.csc_matrix], owners: np.ndarray, method: str, path: str | os.PathLike[str], *, seed: int = 0, parts: int | None = None) -> None:
+def plot_partition(
+    layers: Sequence[sp.csc_matrix],
+    owners: np.ndarray,
+    method: str,
+    path: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    parts: int | None = None,
+) -> None:
     """Draw a partition's cost against the ``block`` and ``random`` baselines into one PNG.
 
     Left: communication volume per layer for ``method``, ``block`` and ``random`` (same ``K``). Right: each
@@ -663,6 +687,8 @@ def plot_partition(layers: Sequence[sp.csc_matrix], owners: np.ndarray, method: 
         Where to write the PNG.
     seed
         Seed of the ``random`` baseline.
+    parts
+        Number of parts; inferred as ``owners.max() + 1`` when omitted.
     """
     from matplotlib.figure import Figure  # lazily: plotting is optional and matplotlib is slow to import
 

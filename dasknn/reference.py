@@ -31,6 +31,7 @@ def infer(
     bias: float,
     ymax: float = 32.0,
     dtype: np.dtype | type = np.float32,
+    alive: list[int] | None = None,
 ) -> sp.csr_matrix:
     """Run every layer on every image and return the final activations (``images x N``, CSR).
 
@@ -45,11 +46,15 @@ def infer(
         The layer rule's constants.
     dtype
         float32 (the challenge's usual choice) or float64 (exact against the published truth).
+    alive
+        If given, the number of images still alive after each layer is appended to it (for work counts).
     """
     dtype = np.dtype(dtype)
     y = sp.csr_matrix(images, dtype=dtype)
     for w in layers:
         y = layer_step(y, w.astype(dtype, copy=False), bias, ymax)
+        if alive is not None:
+            alive.append(int(np.count_nonzero(np.diff(y.indptr))))
     return y
 
 

@@ -102,3 +102,48 @@ def test_import_does_not_load_cupy_or_the_cluster():
     code = "import sys, dasknn, dasknn.io, dasknn.store; print(sorted(m for m in ('cupy', 'distributed') if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_partition_command_saves_and_reports(slice_store, capsys, tmp_path):
+    from dasknn.store import load_partition, partition_name
+
+    code, out, err = run(["partition", str(slice_store), "--parts", "4", "--method", "hypergraph", "--json",
+                          "--out", str(tmp_path / "p.npy"), "--plot", str(tmp_path / "p.png")], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    for key in ("method", "parts", "volume_total", "volume_per_layer", "max_part_send", "imbalance_max", "seconds"):
+        assert key in report
+    owners = np.load(tmp_path / "p.npy")
+    assert owners.shape == (13, 1024) and owners.dtype == np.int32 and set(np.unique(owners)) == {0, 1, 2, 3}
+    assert (tmp_path / "p.png").stat().st_size > 10_000
+    saved, saved_report = load_partition(slice_store, partition_name("hypergraph", 4))
+    np.testing.assert_array_equal(saved, owners)
+    assert saved_report["volume_total"] == report["volume_total"]
+    # random moves far more
+    code, out, _ = run(["partition", str(slice_store), "--parts", "4", "--method", "random", "--json"], capsys)
+    assert json.loads(out)["volume_total"] > 3 * report["volume_total"]
+    # a saved partition drives model-mode inference, when its parts match the workers
+    code, _, err = run(["infer", "--network", str(slice_store), "--mode", "model", "--partition",
+                        str(tmp_path / "p.npy"), "--workers", "2"], capsys)
+    assert code == 2 and "the partition has 4 parts but each group has 2 workers" in err
+    assert run(["partition", str(slice_store), "--parts", "2", "--out", str(tmp_path / "p2.npy")], capsys)[0] == 0
+    code, out, _ = run(["infer", "--network", str(slice_store), "--mode", "model", "--partition",
+                        str(tmp_path / "p2.npy"), "--workers", "2", "--json", "--dtype", "float64"], capsys)
+    assert code == 0 and json.loads(out)["matches_truth"] is True
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--parts", "0"], "parts"),
+    (["--parts", "5000"], "parts"),
+    (["--parts", "2", "--method", "metis"], "invalid choice"),
+])
+def test_partition_bad_arguments(slice_store, capsys, argv, message):
+    code, _, err = run(["partition", str(slice_store), *argv], capsys)
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_wrong_shaped_partition_file(slice_store, capsys, tmp_path):
+    np.save(tmp_path / "p.npy", np.zeros((5, 1024), dtype=np.int32))
+    code, _, err = run(["infer", "--network", str(slice_store), "--mode", "model", "--partition",
+                        str(tmp_path / "p.npy"), "--workers", "2"], capsys)
+    assert code == 2 and "shape" in err and err.count("\n") == 1

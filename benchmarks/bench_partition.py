@@ -1,0 +1,111 @@
+"""Partition quality and time on the challenge network, its label-shuffled copy and a generated wide network.
+
+For every network and K it prints one row per method: total volume (connectivity-1 summed over layers), the
+ratio to ``random`` at the same K, the busiest part's sends, the worst layer's work imbalance and the time
+to partition. Targets (issue 3): at K = 16 the default ``hypergraph`` sends at most 1/10 of ``random``,
+imbalance <= 3 % in every layer, under 60 s on 2 cores; the same on the shuffled copy; a generated
+16384 x 120 network partitions at K = 16 in under 10 minutes.
+
+Usage::
+
+    python benchmarks/bench_partition.py                      # real + shuffled, K = 4, 16, 64
+    python benchmarks/bench_partition.py --generated 16384    # adds the generated 16384 x 120 row (K = 16)
+    python benchmarks/bench_partition.py --parts 16 --methods random hypergraph --plot bench-out/p16.png
+
+The machine matters: timings in BENCHMARKS.md come from a shared 2-core box and are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dasknn import partition as P  # noqa: E402
+from dasknn.io import read_network  # noqa: E402
+
+DATA = Path(os.environ.get("DASKNN_DATA", "/work/shared/data/graphchallenge")) / "neuron1024.tar.gz"
+DEFAULT_METHODS = ["random", "block", "hypergraph-shared", "hypergraph", "hypergraph-layered"]
+
+
+def shuffled(layers: list[sp.csc_matrix], seed: int) -> list[sp.csc_matrix]:
+    """The same network with neuron labels permuted: one permutation for every layer's rows and columns."""
+    perm = np.random.default_rng(seed).permutation(layers[0].shape[0])
+    return [sp.csc_matrix(w[perm][:, perm]) for w in layers]
+
+
+def run(
+    name: str, layers: list[sp.csc_matrix], parts: list[int], methods: list[str], threads: int, rows: list[dict], plot: str | None
+) -> None:
+    for k in parts:
+        random_volume = None
+        for method in ["random"] + [m for m in methods if m != "random"]:
+            t0 = time.perf_counter()
+            owners = P.partition_network(layers, k, method, threads=threads)
+            seconds = time.perf_counter() - t0
+            rep = P.partition_report(layers, owners, method, seconds, parts=k)
+            if method == "random":
+                random_volume = rep["volume_total"]
+                if "random" not in methods:
+                    continue
+            rep["network"] = name
+            rep["ratio_to_random"] = rep["volume_total"] / random_volume if random_volume else float("nan")
+            rows.append(rep)
+            print(
+                f"| {name:<22} | {method:<18} | {k:>3} | {rep['volume_total']:>10,} | {rep['ratio_to_random']:>7.4f} "
+                f"| {rep['max_part_send']:>9,} | {rep['imbalance_max']:>7.2%} | {seconds:>8.1f} |",
+                flush=True,
+            )
+            if plot and method == "hypergraph" and k == 16 and name == "n1024-l120":
+                P.plot_partition(layers, owners, method, plot)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(DATA), help="the challenge network (.tar.gz or directory)")
+    ap.add_argument("--parts", type=int, nargs="+", default=[4, 16, 64])
+    ap.add_argument("--methods", nargs="+", default=DEFAULT_METHODS, choices=P.METHODS)
+    ap.add_argument("--no-shuffled", action="store_true", help="skip the label-shuffled copy")
+    ap.add_argument("--shuffle-seed", type=int, default=1)
+    ap.add_argument("--generated", type=int, default=0, metavar="N", help="also partition a generated N x 120 network at K = 16")
+    ap.add_argument("--generated-methods", nargs="+", default=["random", "block", "hypergraph"], choices=P.METHODS)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", default="bench-out/partition.json")
+    ap.add_argument("--plot", default="bench-out/partition-n1024-k16.png")
+    args = ap.parse_args(argv)
+
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    if args.plot:
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
+          f"Python {platform.python_version()}, threads={args.threads}")
+    print("| network                | method             |   K |     volume | /random | max send  | imbal.  | seconds  |")
+    print("|------------------------|--------------------|----:|-----------:|--------:|----------:|--------:|---------:|")
+    rows: list[dict] = []
+    net = read_network(args.data)
+    run("n1024-l120", net.layers, args.parts, args.methods, args.threads, rows, args.plot)
+    if not args.no_shuffled:
+        run("n1024-l120 shuffled", shuffled(net.layers, args.shuffle_seed), args.parts, args.methods, args.threads, rows, None)
+    if args.generated:
+        from dasknn import generate
+
+        t0 = time.perf_counter()
+        gen = generate.network(args.generated, 120, seed=0)
+        print(f"# generated {args.generated} x 120 in {time.perf_counter() - t0:.1f} s")
+        run(f"generated {args.generated}x120", gen.layers, [16], args.generated_methods, args.threads, rows, None)
+    Path(args.json).write_text(json.dumps(rows, indent=1))
+    print(f"# wrote {args.json}" + (f" and {args.plot}" if args.plot else ""))
+
+
+if __name__ == "__main__":
+    main()
