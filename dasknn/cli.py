@@ -359,10 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] or a store (default: the network store's inputs)")
     f.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv (default: the truth stored with the inputs)")
     f.add_argument("--batch", type=int, help="use only the first BATCH images")
-    f.add_argument("--mode", choices=("data", "model", "hybrid"), default="data",
+    f.add_argument("--mode", choices=("auto", "data", "model", "hybrid"), default="auto",
                    help="data: every worker runs every layer on its images; model: the layers are partitioned "
                         "over the workers; hybrid: groups of workers split the batch, each group partitions the "
-                        "layers (default data)")
+                        "layers; auto: data when the weights fit in every worker, else the smallest groups whose "
+                        "share fits (default auto)")
     f.add_argument("--partition", default="hypergraph",
                    help="model/hybrid: a method (hypergraph, hypergraph-shared, hypergraph-layered, block, random) "
                         "or an owners .npy file (default hypergraph)")

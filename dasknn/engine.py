@@ -37,7 +37,9 @@ from .errors import DasknnError
 from .plan import PartLayer, Plan, build_plan, local_block
 from .store import open_inputs, open_store
 
-MODES = ("data", "model", "hybrid")
+MODES = ("auto", "data", "model", "hybrid")
+#: Share of a worker's memory limit its weights may take before ``auto`` spreads the layers over more workers.
+WEIGHTS_SHARE = 0.25
 
 Block = tuple[np.ndarray, np.ndarray, np.ndarray]  # indptr, indices, data (CSC)
 
@@ -201,6 +203,15 @@ def _refs(keys: list[str]):
     return List(*(TaskRef(k) for k in keys))
 
 
+def choose_group_size(weight_bytes: int, worker_memory: float, workers: int) -> int:
+    """The smallest group of workers whose share of the weights fits in :data:`WEIGHTS_SHARE` of a worker's
+    memory: 1 (data mode) when the whole network fits, all workers (model mode) when nothing smaller does."""
+    for g in range(1, workers + 1):
+        if workers % g == 0 and weight_bytes / g <= WEIGHTS_SHARE * worker_memory:
+            return g
+    return workers
+
+
 def _check_mode(mode: str, workers: int, group_size: int | None) -> int:
     if mode not in MODES:
         raise DasknnError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -252,7 +263,7 @@ def infer(
     inputs: str | os.PathLike[str] | None = None,
     client=None,
     *,
-    mode: str = "data",
+    mode: str = "auto",
     partition: str | np.ndarray = "hypergraph",
     group_size: int | None = None,
     images: int | None = None,
@@ -273,7 +284,9 @@ def infer(
     client
         A ``distributed.Client``; a local cluster is started (and closed) when None.
     mode
-        ``"data"``, ``"model"`` or ``"hybrid"`` (see the module's description).
+        ``"data"``, ``"model"`` or ``"hybrid"`` (see the module's description), or ``"auto"``: data mode when
+        the weights fit comfortably in every worker (:func:`choose_group_size`), else the smallest groups
+        whose share fits.
     partition
         For model and hybrid modes: a method of :mod:`dasknn.partition`, a ``.npy`` owners file, or an array.
     group_size
@@ -316,6 +329,14 @@ def infer(
     workers = sorted(info)
     if not workers:
         raise DasknnError("the Dask cluster has no workers")
+    if mode == "auto":
+        # by sizes alone: each worker holds its share of the weights (values + indices) in memory
+        import psutil
+
+        weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
+        memory = min((w.get("memory_limit") or psutil.virtual_memory().total / len(workers)) for w in info.values())
+        group_size = group_size or choose_group_size(weight_bytes, memory, len(workers))
+        mode = "data" if group_size == 1 else "model" if group_size == len(workers) else "hybrid"
     g = _check_mode(mode, len(workers), group_size)
     groups = [workers[i:i + g] for i in range(0, len(workers), g)]
     threads = sum(w["nthreads"] for w in info.values())

@@ -18,10 +18,6 @@ from collections.abc import Callable, Sequence
 import numba
 import numpy as np
 
-#: Images per tile of the product: a 1024-neuron tile of 256 float32 images is 1 MiB, which stays in L2.
-TILE = 256
-
-
 class Dispatch:
     """Look up an implementation by the type of the first argument; lazy registration by top-level module."""
 
@@ -62,24 +58,37 @@ layer_step = Dispatch("layer_step")
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _layer_step_numba(yt, indptr, indices, data, bias, ymax, out):  # pragma: no cover - compiled
+def _layer_step_numba(yt, indptr, indices, data, bias, ymax, out, tile):  # pragma: no cover - compiled
     # out[j, :] = h(sum_p data[p] * yt[indices[p], :]) for the block's columns j, tile by tile of images.
-    # Entries of a column are summed in ascending input order, as SciPy's product does, so float32 results
-    # are bit-identical to the reference.
+    # Four entries per pass halve the loads and stores of the accumulator; the sum is still formed left to
+    # right in ascending input order, so results do not depend on the unrolling.
     nout = indptr.size - 1
     nb = yt.shape[1]
     zero = out.dtype.type(0)
-    for b0 in range(0, nb, TILE):
-        b1 = min(b0 + TILE, nb)
+    for b0 in range(0, nb, tile):
+        b1 = min(b0 + tile, nb)
+        n = b1 - b0
         for j in range(nout):
             acc = out[j, b0:b1]
             acc[:] = zero
-            for p in range(indptr[j], indptr[j + 1]):
-                w = data[p]
-                src = yt[indices[p], b0:b1]
-                for b in range(b1 - b0):
-                    acc[b] += src[b] * w
-            for b in range(b1 - b0):
+            p = indptr[j]
+            end = indptr[j + 1]
+            while p + 4 <= end:
+                w0, w1, w2, w3 = data[p], data[p + 1], data[p + 2], data[p + 3]
+                s0 = yt[indices[p], b0:b1]
+                s1 = yt[indices[p + 1], b0:b1]
+                s2 = yt[indices[p + 2], b0:b1]
+                s3 = yt[indices[p + 3], b0:b1]
+                for b in range(n):
+                    acc[b] = acc[b] + s0[b] * w0 + s1[b] * w1 + s2[b] * w2 + s3[b] * w3
+                p += 4
+            while p < end:
+                w0 = data[p]
+                s0 = yt[indices[p], b0:b1]
+                for b in range(n):
+                    acc[b] += s0[b] * w0
+                p += 1
+            for b in range(n):
                 v = acc[b]
                 if v != zero:  # the bias goes to nonzeros only
                     v = v + bias
@@ -88,6 +97,12 @@ def _layer_step_numba(yt, indptr, indices, data, bias, ymax, out):  # pragma: no
                     elif v > ymax:
                         v = ymax
                     acc[b] = v
+
+
+def tile_for(inputs: int) -> int:
+    """Images per tile: wide tiles amortise the loop over columns, but a tile's inputs should stay in cache
+    (measured on the 1024-neuron layers: 2048 images run twice as fast as 256)."""
+    return int(max(128, min(4096, (1 << 21) // max(1, inputs))))
 
 
 @layer_step.register(np.ndarray)
@@ -114,7 +129,7 @@ def layer_step_numpy(
     out = np.empty((indptr.size - 1, yt.shape[1]), dtype=dtype)
     if yt.shape[1] and out.shape[0]:
         _layer_step_numba(np.ascontiguousarray(yt), indptr, indices, data.astype(dtype, copy=False),
-                          dtype.type(bias), dtype.type(ymax), out)
+                          dtype.type(bias), dtype.type(ymax), out, tile_for(yt.shape[0]))
     elif out.size:
         out[:] = 0
     return out

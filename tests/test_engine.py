@@ -116,6 +116,16 @@ def test_bad_arguments(client, slice_store, tmp_path):
         engine.infer(slice_store, client=client, mode="model", partition=str(tmp_path / "bad.npy"))
 
 
+def test_auto_mode_follows_the_sizes(client, slice_store):
+    assert engine.choose_group_size(100, 1000, 4) == 1  # fits: data mode
+    assert engine.choose_group_size(1000, 1000, 4) == 4  # a quarter of a worker each: all four
+    assert engine.choose_group_size(600, 1000, 4) == 4  # 2 would hold 300 > 250
+    assert engine.choose_group_size(400, 1000, 4) == 2  # hybrid: pairs
+    assert engine.choose_group_size(10**9, 1000, 2) == 2  # nothing fits: spread as far as possible
+    result = engine.infer(slice_store, client=client, chunks=2)
+    assert result.mode == "data"  # 400 kB of weights fit any worker
+
+
 def test_chunk_bounds_cover_everything():
     for images, chunks in [(10, 3), (7, 7), (5, 9), (1000, 8)]:
         bounds = engine.chunk_bounds(images, chunks)
@@ -127,9 +137,10 @@ def test_chunk_bounds_cover_everything():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("images", [1, 7, 300, 600])  # below, at and across the kernel's tile of 256
+@pytest.mark.parametrize("images", [1, 7, 300, 4096, 4101])  # below, at and across a tile (4096 here)
 @pytest.mark.parametrize("density", [0.05, 0.5])
 def test_layer_step_matches_scipy(dtype, images, density):
+    assert kernels.tile_for(64) == 4096
     rng = np.random.default_rng(images)
     w = (generate.sp.random(64, 48, density=density, random_state=rng, format="csc", dtype=dtype) * 3)
     y = generate.sp.random(images, 64, density=0.3, random_state=rng, format="csr", dtype=dtype) * 2
