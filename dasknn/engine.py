@@ -80,13 +80,14 @@ def _load_all_layers(path: str, dtype: str) -> list[Block]:
     return [(w.indptr, w.indices, w.data.astype(dtype)) for w in store.iter_layers()]
 
 
-def _load_part_layers(path: str, part: list[PartLayer], dtype: str) -> list[Block]:
-    # model mode: only this part's columns of each layer, re-indexed into its input space
+def _load_part_layers(path: str, part: list[PartLayer], dtype: str) -> list[tuple[PartLayer, Block]]:
+    # model mode: only this part's columns of each layer, re-indexed into its input space, kept beside the
+    # part's plan so the per-layer tasks carry no arrays of their own
     store = open_store(path, check="metadata")
     out = []
     for k, pl in enumerate(part, start=1):
         indptr, indices, data = local_block(store.layer(k), pl)
-        out.append((indptr, indices, data.astype(dtype)))
+        out.append((pl, (indptr, indices, data.astype(dtype))))
     return out
 
 
@@ -115,22 +116,22 @@ def _keep(masks: list[np.ndarray]) -> np.ndarray:
     return keep
 
 
-def _send(block: np.ndarray, rows: np.ndarray, masks: list[np.ndarray] | None) -> np.ndarray:
-    # the message: only the rows the receiver needs, only for images still alive
-    msg = block[rows]
+def _send(part: list[tuple[PartLayer, Block]], k: int, q: int, block: np.ndarray,
+          masks: list[np.ndarray] | None) -> np.ndarray:
+    # the message: only the rows part q needs in layer k, only for images still alive
+    msg = block[part[k - 1][0].send[q]]
     return np.ascontiguousarray(msg[:, _keep(masks)]) if masks else msg
 
 
-def _spmm(weights: list[Block], k: int, local_dst: np.ndarray, local_src: np.ndarray, n_inputs: int,
-          block: np.ndarray, masks: list[np.ndarray] | None, bias: float, ymax: float,
-          recv: tuple[np.ndarray, ...], *messages: np.ndarray) -> np.ndarray:
+def _spmm(part: list[tuple[PartLayer, Block]], k: int, block: np.ndarray, masks: list[np.ndarray] | None,
+          bias: float, ymax: float, senders: tuple[int, ...], *messages: np.ndarray) -> np.ndarray:
+    pl, (indptr, indices, data) = part[k - 1]
     if masks:
         block = block[:, _keep(masks)]
-    yt = np.empty((n_inputs, block.shape[1]), dtype=block.dtype)
-    yt[local_dst] = block[local_src]
-    for dst, msg in zip(recv, messages):
-        yt[dst] = msg
-    indptr, indices, data = weights[k - 1]
+    yt = np.empty((pl.inputs.size, block.shape[1]), dtype=block.dtype)
+    yt[pl.local[0]] = block[pl.local[1]]
+    for p, msg in zip(senders, messages):
+        yt[pl.recv[p]] = msg
     return kernels.layer_step(yt, indptr, indices, data, bias, ymax)
 
 
@@ -463,17 +464,15 @@ def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[st
 
         sends: dict[tuple[int, int], str] = {}
         for p in range(parts):
-            for q, rows in layer[p].send.items():
+            for q in layer[p].send:
                 sends[(p, q)] = graph.add(members[p], f"send-l{k}-p{p}-to{q}-c{c}",
-                                          (_send, ref(blocks[p]), rows, mask_args))
+                                          (_send, loaded[weight_keys[members[p]]], k, q, ref(blocks[p]), mask_args))
         new_blocks = []
         for q in range(parts):
-            pl = layer[q]
-            senders = sorted(pl.recv)
+            senders = tuple(sorted(layer[q].recv))
             new_blocks.append(graph.add(
                 members[q], f"spmm-l{k}-p{q}-c{c}",
-                (_spmm, loaded[weight_keys[members[q]]], k, pl.local[0], pl.local[1], len(pl.inputs),
-                 ref(blocks[q]), mask_args, bias, ymax, tuple(pl.recv[p] for p in senders),
+                (_spmm, loaded[weight_keys[members[q]]], k, ref(blocks[q]), mask_args, bias, ymax, senders,
                  *(_ref(sends[(p, q)]) for p in senders))))
         blocks = new_blocks
         masks = None
