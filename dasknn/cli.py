@@ -244,11 +244,11 @@ def cmd_infer(args: argparse.Namespace) -> int:
             bar.to(done)
 
         try:
-            with local_client(args.workers, args.threads_per_worker, args.scheduler) as client:
+            with local_client(args.workers, args.threads_per_worker, args.scheduler, gpu=args.gpu) as client:
                 result = engine.infer(network, inputs, client, mode=args.mode, partition=args.partition,
                                       group_size=args.group_size, images=args.batch, chunks=args.chunks,
                                       segment=args.segment, sync_every=args.sync_every, dtype=args.dtype,
-                                      progress=progress)
+                                      backend="gpu" if args.gpu else "cpu", progress=progress)
         finally:
             bar.close()
     cats = result.categories
@@ -376,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
     f.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
     f.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
+    f.add_argument("--gpu", action="store_true",
+                   help="run on GPUs: a dask-cuda cluster (one worker per GPU) and CuPy kernels")
     f.add_argument("--out", help="write the categories (1-based image indices) to this file")
     f.add_argument("--json", action="store_true", help="print one JSON object")
     f.set_defaults(func=cmd_infer)

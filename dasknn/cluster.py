@@ -17,14 +17,26 @@ def local_client(
     scheduler: str | None = None,
     memory_limit: str | int | None = "auto",
     dashboard: bool = False,
+    gpu: bool = False,
 ) -> Iterator:
     """Yield a ``distributed.Client``: connected to ``scheduler``, or to a new local cluster closed on exit.
 
     A local cluster listens on 127.0.0.1 only (nothing is opened to the network), runs one worker process per
-    core by default, each with ``threads_per_worker`` threads, and serves the dashboard only when asked.
+    core by default, each with ``threads_per_worker`` threads, and serves the dashboard only when asked. With
+    ``gpu``, it is a ``dask_cuda.LocalCUDACluster``: one worker per visible GPU.
     """
     from distributed import Client, LocalCluster
 
+    if gpu and not scheduler:
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:
+            raise DasknnError("--gpu needs CuPy and dask-cuda: pip install 'dasknn[gpu]'") from None
+        with LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0" if dashboard else None,
+                              CUDA_VISIBLE_DEVICES=None if workers is None else list(range(workers)),
+                              silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+            yield client
+        return
     if scheduler:
         try:
             client = Client(scheduler, timeout="20s")

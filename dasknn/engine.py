@@ -74,27 +74,29 @@ class InferenceResult:
 # --- tasks (run on workers) ---------------------------------------------------------------------------------
 
 
-def _load_all_layers(path: str, dtype: str) -> list[Block]:
+def _load_all_layers(path: str, dtype: str, backend: str) -> list[Block]:
     # data mode: the whole network, read by the worker straight from the store
     store = open_store(path, check="metadata")
-    return [(w.indptr, w.indices, w.data.astype(dtype)) for w in store.iter_layers()]
+    dev = kernels.to_device
+    return [(dev(w.indptr, backend), dev(w.indices, backend), dev(w.data.astype(dtype), backend))
+            for w in store.iter_layers()]
 
 
-def _load_part_layers(path: str, part: list[PartLayer], dtype: str) -> list[tuple[PartLayer, Block]]:
+def _load_part_layers(path: str, part: list[PartLayer], dtype: str, backend: str) -> list[tuple[PartLayer, Block]]:
     # model mode: only this part's columns of each layer, re-indexed into its input space, kept beside the
     # part's plan so the per-layer tasks carry no arrays of their own
     store = open_store(path, check="metadata")
     out = []
     for k, pl in enumerate(part, start=1):
-        indptr, indices, data = local_block(store.layer(k), pl)
-        out.append((pl, (indptr, indices, data.astype(dtype))))
+        block = local_block(store.layer(k), pl)
+        out.append((pl, tuple(kernels.to_device(a, backend) for a in (block[0], block[1], block[2].astype(dtype)))))
     return out
 
 
-def _load_images(path: str, start: int, stop: int, rows: np.ndarray | None, dtype: str) -> np.ndarray:
+def _load_images(path: str, start: int, stop: int, rows: np.ndarray | None, dtype: str, backend: str) -> np.ndarray:
     block = open_inputs(path).rows(start, stop)
     yt = kernels.dense_transposed(block, np.dtype(dtype))
-    return yt if rows is None else np.ascontiguousarray(yt[rows])
+    return kernels.to_device(yt if rows is None else np.ascontiguousarray(yt[rows]), backend)
 
 
 def _run_segment(weights: list[Block], yt: np.ndarray, ids: np.ndarray | int, first: int, last: int,
@@ -128,7 +130,7 @@ def _spmm(part: list[tuple[PartLayer, Block]], k: int, block: np.ndarray, masks:
     pl, (indptr, indices, data) = part[k - 1]
     if masks:
         block = block[:, _keep(masks)]
-    yt = np.empty((pl.inputs.size, block.shape[1]), dtype=block.dtype)
+    yt = kernels.empty_like_kind(block, (pl.inputs.size, block.shape[1]))
     yt[pl.local[0]] = block[pl.local[1]]
     for p, msg in zip(senders, messages):
         yt[pl.recv[p]] = msg
@@ -272,6 +274,7 @@ def infer(
     segment: int | None = None,
     sync_every: int = 2,
     dtype: str = "float32",
+    backend: str = "cpu",
     progress: Callable[[int, int], None] | None = None,
 ) -> InferenceResult:
     """Run batch inference of a stored network on stored inputs, on a Dask cluster.
@@ -302,6 +305,10 @@ def infer(
         Model mode: layers between alive-mask exchanges that drop dead images.
     dtype
         ``"float32"`` or ``"float64"``.
+    backend
+        ``"cpu"`` (NumPy blocks, the Numba kernel) or ``"gpu"`` (CuPy blocks on each worker's GPU, the cuSPARSE
+        kernel; run one worker per GPU, e.g. ``dask_cuda.LocalCUDACluster``). The kernels are chosen by the
+        blocks' array type.
     progress
         Called as ``progress(done, total)`` as chunks finish.
     """
@@ -319,12 +326,15 @@ def infer(
         raise DasknnError(f"--batch must be between 1 and {batch.images} (the stored images), not {count}")
     if sync_every < 1:
         raise DasknnError("--sync-every must be at least 1")
+    if backend not in ("cpu", "gpu"):
+        raise DasknnError(f"backend must be cpu or gpu, not {backend!r}")
     if client is None:
         from .cluster import local_client
 
         with local_client() as c:
             return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
-                         chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, progress=progress)
+                         chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
+                         progress=progress)
 
     info = client.scheduler_info(n_workers=-1)["workers"]
     workers = sorted(info)
@@ -359,18 +369,18 @@ def infer(
     for gi, members in enumerate(groups):
         for q, w in enumerate(members):
             if plan is None:
-                weight_keys[w] = load.add(w, f"weights-w{workers.index(w)}", (_load_all_layers, path, dtype))
+                weight_keys[w] = load.add(w, f"weights-w{workers.index(w)}", (_load_all_layers, path, dtype, backend))
             else:
-                weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (_load_part_layers, path, plan.part(q), dtype))
+                weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (_load_part_layers, path, plan.part(q), dtype, backend))
     for c, (a, b) in enumerate(bounds):
         members = groups[chunk_group[c]]
         if plan is None:
             w = members[(c // len(groups)) % len(members)]
-            image_keys[(c, 0)] = load.add(w, f"images-c{c}", (_load_images, in_path, a, b, None, dtype))
+            image_keys[(c, 0)] = load.add(w, f"images-c{c}", (_load_images, in_path, a, b, None, dtype, backend))
         else:
             for q, w in enumerate(members):
                 image_keys[(c, q)] = load.add(w, f"images-p{q}-c{c}",
-                                              (_load_images, in_path, a, b, plan.inputs_owned[q], dtype))
+                                              (_load_images, in_path, a, b, plan.inputs_owned[q], dtype, backend))
     loaded = dict(zip(list(weight_keys.values()) + list(image_keys.values()),
                       load.submit(client, list(weight_keys.values()) + list(image_keys.values()))))
     from distributed import as_completed, wait

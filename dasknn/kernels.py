@@ -136,8 +136,32 @@ def layer_step_numpy(
 
 
 def alive(yt) -> np.ndarray:
-    """Which images (columns of ``yt``) still have a nonzero activation."""
-    return yt.any(axis=0)
+    """Which images (columns of ``yt``) still have a nonzero activation, as a NumPy mask (small; kept on the
+    host so image indices never leave it)."""
+    return to_host(yt.any(axis=0))
+
+
+def to_host(a) -> np.ndarray:
+    """A NumPy copy of a device array (a NumPy array is returned as it is)."""
+    return a if isinstance(a, np.ndarray) else a.get()
+
+
+def to_device(a: np.ndarray, backend: str):
+    """``a`` on the backend's device: itself for ``"cpu"``, a CuPy array for ``"gpu"``."""
+    if backend == "cpu":
+        return a
+    import cupy
+
+    return cupy.asarray(a)
+
+
+def empty_like_kind(a, shape: tuple[int, ...]):
+    """An uninitialised array of ``shape`` and ``a``'s dtype, on ``a``'s device."""
+    if isinstance(a, np.ndarray):
+        return np.empty(shape, dtype=a.dtype)
+    import cupy
+
+    return cupy.empty(shape, dtype=a.dtype)
 
 
 def run_layers(
@@ -196,6 +220,5 @@ def _register_cupy() -> None:  # pragma: no cover - needs a GPU
         n_in = yt.shape[0]
         w = csp.csc_matrix((cupy.asarray(data, dtype=yt.dtype), cupy.asarray(indices), cupy.asarray(indptr)),
                            shape=(n_in, indptr.size - 1))
-        z = (w.T @ yt)
-        nz = z != 0
-        return cupy.where(nz, cupy.clip(z + yt.dtype.type(bias), 0, ymax), 0).astype(yt.dtype)
+        z = w.T @ yt  # cuSPARSE SpMM; then the challenge's epilogue, bias on nonzeros only
+        return cupy.where(z != 0, cupy.clip(z + yt.dtype.type(bias), 0, ymax), 0).astype(yt.dtype)

@@ -175,3 +175,27 @@ def test_plan_reassembles_every_input(method, parts):
             np.testing.assert_array_equal(got, pl.inputs)
             assert np.all(owners[k][pl.outputs] == q)
         prev = {q: layer[q].outputs for q in range(parts)}
+
+
+def test_gpu_backend_without_cupy_is_a_clear_error(client, slice_store):
+    pytest.importorskip("numpy")
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("CuPy is installed here; the GPU tests cover the backend")
+    except ImportError:
+        pass
+    with pytest.raises(Exception, match="cupy"):
+        engine.infer(slice_store, client=client, backend="gpu", chunks=1, images=10)
+    with pytest.raises(DasknnError, match="backend must be cpu or gpu"):
+        engine.infer(slice_store, client=client, backend="tpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["data", "model"])
+def test_gpu_matches_the_truth(slice_store, slice_truth, mode):
+    from dasknn.cluster import local_client
+
+    with local_client(workers=1, gpu=True) as c:
+        result = engine.infer(slice_store, client=c, mode=mode, partition="block", backend="gpu", dtype="float64")
+    np.testing.assert_array_equal(result.categories, slice_truth)
