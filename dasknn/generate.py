@@ -183,12 +183,14 @@ def cache_dir() -> Path:
 
 
 DEFAULT = {"neurons": 1024, "layers": 120, "images_count": 20000, "seed": 0}
+DEFAULT_VERSION = 2
 
 
 def default_store(progress: Callable[[int], None] | None = None) -> Path:
     """The embedded default: a generated 1024 x 120 network with 20,000 images and their truth, made once."""
     d = DEFAULT
-    path = cache_dir() / f"default-n{d['neurons']}-l{d['layers']}-i{d['images_count']}-s{d['seed']}.zarr"
+    # the version names how the truth was computed: a cache from an older dasknn is not reused
+    path = cache_dir() / f"default-v{DEFAULT_VERSION}-n{d['neurons']}-l{d['layers']}-i{d['images_count']}-s{d['seed']}.zarr"
     if not (path / "zarr.json").is_file():
         write(path, truth=True, overwrite=True, progress=progress, **d)
     return path

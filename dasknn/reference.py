@@ -18,6 +18,10 @@ def layer_step(y: sp.csr_matrix, w: sp.spmatrix, bias: float, ymax: float) -> sp
     ``y`` and ``w`` must share a dtype; the result has it too.
     """
     z = sp.csr_matrix(y @ w.tocsr())
+    # SciPy leaves the product's rows unsorted, and the next layer then sums each output in that arbitrary
+    # order. Sorting (8 % of the loop's time) makes every output a sum in ascending input order, a canonical
+    # order any implementation can follow: images that sit exactly on the threshold then come out the same.
+    z.sort_indices()
     z.eliminate_zeros()  # a product that cancels to 0 is not a nonzero: it gets no bias
     z.data += z.data.dtype.type(bias)
     np.clip(z.data, 0, ymax, out=z.data)

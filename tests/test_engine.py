@@ -41,10 +41,9 @@ def test_every_mode_matches_the_truth(request, slice_store, slice_truth, float32
     # 2 chunks: enough to pipeline, few enough tasks for 4 workers on a 2-core machine
     result = engine.infer(slice_store, client=client, mode=mode, partition=partition or "block", dtype=dtype,
                           chunks=2)
-    if dtype == "float64":
-        np.testing.assert_array_equal(result.categories, slice_truth)
-    else:
-        assert np.setxor1d(result.categories, float32_reference).size <= 5
+    # both precisions exactly: outputs are summed in the reference's (ascending) order, so even images that
+    # sit on a threshold come out the same
+    np.testing.assert_array_equal(result.categories, slice_truth if dtype == "float64" else float32_reference)
     assert result.images == 1000 and result.layers == 12 and result.workers == workers
     s = store.open_store(slice_store)
     assert result.edges_per_second == pytest.approx(1000 * s.edges / result.seconds)

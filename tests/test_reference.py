@@ -51,6 +51,27 @@ def test_clamp():
     np.testing.assert_array_equal(out.toarray(), [[32.0]])
 
 
+def test_sums_follow_ascending_input_order():
+    # float32 sums depend on order; the reference's is ascending input index whatever SciPy's product leaves
+    rng = np.random.default_rng(5)
+    w1 = sp.random(40, 40, density=0.5, random_state=rng, format="csc", dtype=np.float32)
+    w2 = sp.random(40, 40, density=0.5, random_state=rng, format="csc", dtype=np.float32)
+    y0 = sp.random(8, 40, density=0.7, random_state=rng, format="csr", dtype=np.float32)
+    y1 = reference.layer_step(y0, w1, -0.01, 32.0)
+    assert y1.has_sorted_indices
+    out = reference.layer_step(y1, w2, -0.01, 32.0).toarray()
+    d1, d2 = y1.toarray(), w2.toarray()
+    expected = np.zeros((8, 40), dtype=np.float32)
+    for r in range(8):
+        for j in range(40):
+            acc = np.float32(0)
+            for i in range(40):  # ascending input order, one float32 rounding per term
+                if d1[r, i] != 0 and d2[i, j] != 0:
+                    acc = np.float32(acc + d1[r, i] * d2[i, j])
+            expected[r, j] = min(max(acc - np.float32(0.01), 0), 32) if acc != 0 else 0
+    np.testing.assert_array_equal(out, expected)
+
+
 def test_real_slice_matches_its_truth(slice_paths, slice_truth):
     from dasknn import io
 
