@@ -235,6 +235,8 @@ def cmd_infer(args: argparse.Namespace) -> int:
     from . import engine, io
     from .cluster import local_client
 
+    if args.resume and not args.results:
+        raise DasknnError("--resume needs --results (the store the earlier run wrote)")
     with _as_stores(args) as (network, inputs, truth, notes):
         bar = _Progress(0, "infer", not args.json)
 
@@ -244,11 +246,14 @@ def cmd_infer(args: argparse.Namespace) -> int:
             bar.to(done)
 
         try:
-            with local_client(args.workers, args.threads_per_worker, args.scheduler, gpu=args.gpu) as client:
+            with local_client(args.workers, args.threads_per_worker, args.scheduler, gpu=args.gpu,
+                              memory_limit=args.memory_limit or "auto") as client:
                 result = engine.infer(network, inputs, client, mode=args.mode, partition=args.partition,
                                       group_size=args.group_size, images=args.batch, chunks=args.chunks,
                                       segment=args.segment, sync_every=args.sync_every, dtype=args.dtype,
-                                      backend="gpu" if args.gpu else "cpu", progress=progress)
+                                      backend="gpu" if args.gpu else "cpu", resident=args.resident,
+                                      keep_layers=args.keep_layers, results=args.results, resume=args.resume,
+                                      progress=progress)
         finally:
             bar.close()
     cats = result.categories
@@ -264,10 +269,11 @@ def cmd_infer(args: argparse.Namespace) -> int:
         "matches_truth": None if mismatched is None else mismatched == 0,
         "mismatched": mismatched,
         "seconds": round(result.seconds, 4),
-        "edges_per_second": result.edges_per_second,
+        "edges_per_second": None if np.isnan(result.edges_per_second) else result.edges_per_second,
         "workers": result.workers, "chunks": result.chunks, "dtype": args.dtype,
         "mode": result.mode, "group_size": result.group_size, "tasks": result.tasks,
-        "bytes_sent": result.bytes_sent, "plan_bytes": result.plan_bytes,
+        "bytes_sent": result.bytes_sent, "plan_bytes": result.plan_bytes, "bytes_read": result.bytes_read,
+        "streamed": not result.resident, "computed_chunks": len(result.computed_chunks),
         "load_seconds": round(result.load_seconds, 3),
         **notes,
     }
@@ -376,6 +382,17 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
     f.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
     f.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
+    f.add_argument("--stream", dest="resident", action="store_false", default=None,
+                   help="data mode: read the layers from the store as they are needed instead of holding them all "
+                        "(out of core; the default when they take over a quarter of a worker's memory)")
+    f.add_argument("--resident", dest="resident", action="store_true",
+                   help="data mode: hold every layer in every worker (the default when they fit)")
+    f.add_argument("--keep-layers", type=int, default=2,
+                   help="streaming: layers a worker holds at once, the one computing and the one read ahead (2)")
+    f.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB (default: machine memory / workers)")
+    f.add_argument("--results", help="a Zarr results store: each chunk's categories are written as it finishes")
+    f.add_argument("--resume", action="store_true",
+                   help="continue the run that wrote --results: only the chunks not yet written are computed")
     f.add_argument("--gpu", action="store_true",
                    help="run on GPUs: a dask-cuda cluster (one worker per GPU) and CuPy kernels")
     f.add_argument("--out", help="write the categories (1-based image indices) to this file")

@@ -35,7 +35,7 @@ import scipy.sparse as sp
 from . import kernels
 from .errors import DasknnError
 from .plan import PartLayer, Plan, build_plan, local_block
-from .store import open_inputs, open_store
+from .store import LayerStream, open_inputs, open_results, open_store, read_results, write_chunk_result
 
 MODES = ("auto", "data", "model", "hybrid")
 #: Share of a worker's memory limit its weights may take before ``auto`` spreads the layers over more workers.
@@ -63,12 +63,18 @@ class InferenceResult:
     plan_volume: list[int] = field(default_factory=list)
     bytes_sent: int = 0
     plan_bytes: int = 0
+    bytes_read: int = 0
+    resident: bool = True
+    computed_chunks: list[int] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+
+    images_computed: int | None = None
 
     @property
     def edges_per_second(self) -> float:
-        """The challenge's rate: images x edges / inference seconds."""
-        return self.images * self.edges / self.seconds if self.seconds > 0 else float("nan")
+        """The challenge's rate: images x edges / inference seconds (images computed in this run, when resumed)."""
+        n = self.images if self.images_computed is None else self.images_computed
+        return n * self.edges / self.seconds if self.seconds > 0 and n > 0 else float("nan")
 
 
 # --- tasks (run on workers) ---------------------------------------------------------------------------------
@@ -99,12 +105,33 @@ def _load_images(path: str, start: int, stop: int, rows: np.ndarray | None, dtyp
     return kernels.to_device(yt if rows is None else np.ascontiguousarray(yt[rows]), backend)
 
 
-def _run_segment(weights: list[Block], yt: np.ndarray, ids: np.ndarray | int, first: int, last: int,
-                 bias: float, ymax: float, final: bool):
+_STREAMS: dict[tuple[str, str, int], LayerStream] = {}
+
+
+def _stream(path: str, dtype: str, keep: int) -> LayerStream:
+    # one stream per worker process and store, so consecutive tasks share its read-ahead
+    key = (path, dtype, keep)
+    if key not in _STREAMS:
+        _STREAMS[key] = LayerStream(path, dtype, keep)
+    return _STREAMS[key]
+
+
+def _stream_bytes(dask_worker) -> int:
+    return int(sum(s.bytes_read for s in _STREAMS.values()))
+
+
+def _run_segment(weights: list[Block] | tuple, yt: np.ndarray, ids: np.ndarray | int, first: int, last: int,
+                 bias: float, ymax: float, final: bool, results: tuple | None = None):
+    # weights: resident blocks, or ("stream", path, dtype, keep) to read the layers from the store as needed
     # ids: the images' original indices, or (first segment) the chunk's first index
     ids = np.arange(ids, ids + yt.shape[1]) if isinstance(ids, int) else ids
-    yt, ids = kernels.run_layers(yt, weights[first - 1:last], bias, ymax, ids)
-    return ids if final else (yt, ids)
+    layers = weights[first - 1:last] if isinstance(weights, list) else _stream(*weights[1:]).layers(first, last)
+    yt, ids = kernels.run_layers(yt, layers, bias, ymax, ids)
+    if not final:
+        return yt, ids
+    if results is not None:
+        write_chunk_result(*results, ids)  # written by the worker: a stopped run resumes from here
+    return ids
 
 
 def _segment_state(state, part: int):
@@ -141,13 +168,16 @@ def _mask(block: np.ndarray) -> np.ndarray:
     return kernels.alive(block)
 
 
-def _categories(start: int, count: int, *rounds: list[np.ndarray]) -> tuple[np.ndarray, list[int]]:
+def _categories(start: int, count: int, results: tuple | None, *rounds: list[np.ndarray]
+                ) -> tuple[np.ndarray, list[int]]:
     # replay the compactions: each round is the parts' alive masks at one sync layer
     ids = np.arange(start, start + count)
     alive = []
     for masks in rounds:
         ids = ids[_keep(masks)]
         alive.append(int(ids.size))
+    if results is not None:
+        write_chunk_result(*results, ids)
     return ids, alive
 
 
@@ -275,6 +305,10 @@ def infer(
     sync_every: int = 2,
     dtype: str = "float32",
     backend: str = "cpu",
+    resident: bool | None = None,
+    keep_layers: int = 2,
+    results: str | os.PathLike[str] | None = None,
+    resume: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> InferenceResult:
     """Run batch inference of a stored network on stored inputs, on a Dask cluster.
@@ -309,6 +343,17 @@ def infer(
         ``"cpu"`` (NumPy blocks, the Numba kernel) or ``"gpu"`` (CuPy blocks on each worker's GPU, the cuSPARSE
         kernel; run one worker per GPU, e.g. ``dask_cuda.LocalCUDACluster``). The kernels are chosen by the
         blocks' array type.
+    resident
+        Data mode: hold every layer in each worker's memory (fast when it fits), or stream the layers from the
+        store as they are needed, at most ``keep_layers`` decoded at once with the next read ahead (out of
+        core: the weights never all load). Default: resident when the weights take at most a quarter of a
+        worker's memory.
+    keep_layers
+        Layers a streaming worker holds at once (the one computing and the one being read ahead).
+    results
+        A Zarr results store: each chunk's categories are written there by its worker as it finishes.
+    resume
+        Continue the run that wrote ``results``: chunks already written are read back, not recomputed.
     progress
         Called as ``progress(done, total)`` as chunks finish.
     """
@@ -334,26 +379,39 @@ def infer(
         with local_client() as c:
             return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
                          chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
+                         resident=resident, keep_layers=keep_layers, results=results, resume=resume,
                          progress=progress)
 
     info = client.scheduler_info(n_workers=-1)["workers"]
     workers = sorted(info)
     if not workers:
         raise DasknnError("the Dask cluster has no workers")
-    if mode == "auto":
-        # by sizes alone: each worker holds its share of the weights (values + indices) in memory
-        import psutil
+    import psutil
 
-        weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
-        memory = min((w.get("memory_limit") or psutil.virtual_memory().total / len(workers)) for w in info.values())
+    # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
+    weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
+    memory = min((w.get("memory_limit") or psutil.virtual_memory().total / len(workers)) for w in info.values())
+    if mode == "auto":
         group_size = group_size or choose_group_size(weight_bytes, memory, len(workers))
         mode = "data" if group_size == 1 else "model" if group_size == len(workers) else "hybrid"
     g = _check_mode(mode, len(workers), group_size)
     groups = [workers[i:i + g] for i in range(0, len(workers), g)]
     threads = sum(w["nthreads"] for w in info.values())
-    bounds = chunk_bounds(count, chunks or 2 * threads)
+    if resident is None:
+        resident = weight_bytes / g <= WEIGHTS_SHARE * memory
+    if g > 1 and not resident:
+        raise DasknnError("model and hybrid modes hold each part's layers in memory; streaming them is for data "
+                          "mode (--mode data --stream)")
+    # streaming reads every layer once per chunk: one chunk per thread reads the least
+    bounds = chunk_bounds(count, chunks or (threads if not resident else 2 * threads))
+    done: set[int] = set()
+    if results is not None:
+        results = str(Path(results).resolve())
+        run_desc = {"network": path, "inputs": in_path, "images": count, "dtype": dtype, "chunks": bounds}
+        bounds, done = open_results(results, run_desc, resume)
     run = uuid.uuid4().hex[:8]
     depth = store.depth
+    todo = [c for c in range(len(bounds)) if c not in done]
 
     plan = None
     if g > 1:
@@ -368,11 +426,12 @@ def infer(
     chunk_group = [c % len(groups) for c in range(len(bounds))]
     for gi, members in enumerate(groups):
         for q, w in enumerate(members):
-            if plan is None:
+            if plan is None and resident:
                 weight_keys[w] = load.add(w, f"weights-w{workers.index(w)}", (_load_all_layers, path, dtype, backend))
-            else:
+            elif plan is not None:
                 weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (_load_part_layers, path, plan.part(q), dtype, backend))
-    for c, (a, b) in enumerate(bounds):
+    for c in todo:
+        a, b = bounds[c]
         members = groups[chunk_group[c]]
         if plan is None:
             w = members[(c // len(groups)) % len(members)]
@@ -394,30 +453,36 @@ def infer(
     # phase 2, timed: the inference graph, referring to the loaded blocks by their futures
     graph = _Graph(run)
     result_keys: list[str] = []
-    for c, (a, b) in enumerate(bounds):
+    for c in todo:
+        a, b = bounds[c]
         members = groups[chunk_group[c]]
+        out = None if results is None else (results, c)
         if plan is None:
             w = members[(c // len(groups)) % len(members)]
-            result_keys.append(_data_chunk(graph, c, a, w, loaded[weight_keys[w]], loaded[image_keys[(c, 0)]],
-                                           depth, segment or depth, store.bias, store.ymax))
+            weights = loaded[weight_keys[w]] if resident else ("stream", path, dtype, keep_layers)
+            result_keys.append(_data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]],
+                                           depth, segment or depth, store.bias, store.ymax, out))
         else:
             result_keys.append(_model_chunk(graph, c, a, b - a, members, plan, weight_keys, image_keys, loaded,
-                                            depth, sync_every, store.bias, store.ymax))
+                                            depth, sync_every, store.bias, store.ymax, out))
+    read_before = client.run(_stream_bytes)
     sent_before = client.run(_bytes_sent)
     t0 = time.perf_counter()
     futures = graph.submit(client, result_keys)
     found = {}
-    for done, fut in enumerate(as_completed(futures), start=1):
+    for finished, fut in enumerate(as_completed(futures), start=1):
         found[fut.key] = fut.result()
         if progress is not None:
-            progress(done, len(futures))
+            progress(finished, len(futures))
     seconds = time.perf_counter() - t0
     sent_after = client.run(_bytes_sent)
     bytes_sent = sum(sent_after[w] - sent_before.get(w, 0) for w in sent_after)
+    read_after = client.run(_stream_bytes)
+    bytes_read = sum(read_after[w] - read_before.get(w, 0) for w in read_after)
     itemsize = np.dtype(dtype).itemsize
     plan_bytes = 0
     ids = []
-    for c, key in enumerate(result_keys):
+    for c, key in zip(todo, result_keys):
         if plan is None:
             ids.append(found[key])
             continue
@@ -432,34 +497,37 @@ def infer(
                 width = next(rounds)
     for f in list(loaded.values()) + futures:
         f.release()  # the blocks leave the workers' memory
+    if done:
+        ids.extend(read_results(results, done).values())
     cats = np.sort(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64)
     return InferenceResult(
         categories=cats, images=count, neurons=store.neurons, layers=depth, edges=store.edges, seconds=seconds,
         workers=len(workers), chunks=len(bounds), mode=mode, group_size=g, load_seconds=load_seconds,
         tasks=len(graph), plan_volume=[] if plan is None else plan.volumes().tolist(),
-        bytes_sent=bytes_sent, plan_bytes=plan_bytes,
+        bytes_sent=bytes_sent, plan_bytes=plan_bytes, bytes_read=bytes_read, resident=resident,
+        computed_chunks=todo, images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
     )
 
 
 def _data_chunk(graph: _Graph, c: int, start: int, w: str, weights, images, depth: int, segment: int, bias: float,
-                ymax: float) -> str:
+                ymax: float, results: tuple | None) -> str:
     key = ""
     for first in range(1, depth + 1, segment):
         last = min(depth, first + segment - 1)
         final = last == depth
-        args = (weights, images, start, first, last, bias, ymax, final)
+        args = (weights, images, start, first, last, bias, ymax, final, results)
         if first > 1:
             # continue from the previous segment's (yt, ids)
             yt_key = graph.add(w, f"state-l{first - 1}-c{c}-yt", (_segment_state, _ref(key), 0))
             id_key = graph.add(w, f"state-l{first - 1}-c{c}-ids", (_segment_state, _ref(key), 1))
-            args = (weights, _ref(yt_key), _ref(id_key), first, last, bias, ymax, final)
+            args = (weights, _ref(yt_key), _ref(id_key), first, last, bias, ymax, final, results)
         key = graph.add(w, f"spmm-l{first}-{last}-p0-c{c}", (_run_segment, *args))
     return key
 
 
 def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[str], plan: Plan,
                  weight_keys: dict[str, str], image_keys: dict[tuple[int, int], str], loaded: dict,
-                 depth: int, sync_every: int, bias: float, ymax: float) -> str:
+                 depth: int, sync_every: int, bias: float, ymax: float, results: tuple | None) -> str:
     parts = len(members)
     syncs = set(sync_layers(depth, sync_every))
     blocks = [loaded[image_keys[(c, q)]] for q in range(parts)]  # futures, then keys of spmm tasks
@@ -489,4 +557,4 @@ def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[st
         if k in syncs:
             masks = [graph.add(members[q], f"alive-l{k}-p{q}-c{c}", (_mask, _ref(blocks[q]))) for q in range(parts)]
             rounds.append(_refs(masks))
-    return graph.add(members[0], f"categories-c{c}", (_categories, start, count, *rounds))
+    return graph.add(members[0], f"categories-c{c}", (_categories, start, count, results, *rounds))

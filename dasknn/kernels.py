@@ -13,7 +13,7 @@ importing dasknn never imports CuPy.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 
 import numba
 import numpy as np
@@ -166,7 +166,7 @@ def empty_like_kind(a, shape: tuple[int, ...]):
 
 def run_layers(
     yt: np.ndarray,
-    layers: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    layers: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
     bias: float,
     ymax: float,
     ids: np.ndarray,
@@ -181,7 +181,8 @@ def run_layers(
     yt
         ``N x B`` activations.
     layers
-        Each layer as ``(indptr, indices, data)`` in CSC form.
+        Each layer as ``(indptr, indices, data)`` in CSC form (a list, or an iterator that reads them as they
+        are needed).
     ids
         The images' original indices (length ``B``); they follow the surviving columns.
 
@@ -190,15 +191,23 @@ def run_layers(
     (yt, ids)
         The final activations of the surviving images and their original indices.
     """
+    k = 0
     for k, (indptr, indices, data) in enumerate(layers, start=1):
         yt = layer_step(yt, indptr, indices, data, bias, ymax)
-        if k % compact_every == 0 or k == len(layers):
-            keep = alive(yt)
-            if not keep.all():
-                yt, ids = np.ascontiguousarray(yt[:, keep]), ids[keep]
+        if k % compact_every == 0:
+            yt, ids = _compact(yt, ids)
         if yt.shape[1] == 0:
             break
+    if k % compact_every:
+        yt, ids = _compact(yt, ids)
     return yt, ids
+
+
+def _compact(yt, ids: np.ndarray):
+    keep = alive(yt)
+    if keep.all():
+        return yt, ids
+    return yt[:, keep], ids[keep]
 
 
 def dense_transposed(rows_csr, dtype) -> np.ndarray:

@@ -509,3 +509,118 @@ def load_partition(path: str | os.PathLike[str], name: str) -> tuple[np.ndarray,
     except Exception as e:  # a damaged chunk: recompute rather than trust it
         raise DasknnError(f"partition {name} is damaged ({type(e).__name__}); delete it or recompute", path) from None
     return owners, dict(dict(root[group].attrs).get("report", {}))
+
+
+# --- streaming layers (out of core) --------------------------------------------------------------------------
+
+
+class LayerStream:
+    """A store's layers read as they are needed, with at most ``keep`` decoded at once and the next one read
+    ahead in a background thread while the current one computes.
+
+    This is what lets a worker run a network larger than its memory: the weights never all load. ``bytes_read``
+    counts the decoded bytes read from the store.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], dtype: str, keep: int = 2):
+        from concurrent.futures import ThreadPoolExecutor
+
+        if keep < 1:
+            raise DasknnError("--keep-layers must be at least 1")
+        self.store = open_store(path, check="metadata")
+        self.dtype = np.dtype(dtype)
+        self.keep = keep
+        self.bytes_read = 0
+        self._cache: dict[int, Any] = {}  # layer -> Future of (indptr, indices, data)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dasknn-prefetch")
+        self._lock = __import__("threading").Lock()
+
+    def _read(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        w = self.store.layer(k)
+        out = (w.indptr, w.indices, w.data.astype(self.dtype, copy=False))
+        with self._lock:
+            self.bytes_read += sum(a.nbytes for a in out)
+        return out
+
+    def _request(self, k: int) -> None:
+        if 1 <= k <= self.store.depth and k not in self._cache:
+            self._cache[k] = self._pool.submit(self._read, k)
+
+    def layer(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Layer ``k`` (1-based) as CSC raw arrays; starts reading ``k + 1`` in the background."""
+        self._request(k)
+        fut = self._cache[k]
+        # drop everything but the layer in hand and the one being read ahead
+        for old in [j for j in self._cache if j not in (k, k + 1)]:
+            del self._cache[old]
+        if self.keep > 1:
+            self._request(k + 1)
+        return fut.result()
+
+    def layers(self, first: int, last: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Layers ``first..last`` in order."""
+        for k in range(first, last + 1):
+            yield self.layer(k)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._cache.clear()
+
+
+# --- results written chunk by chunk (resumable runs) -----------------------------------------------------------
+
+RESULTS_FORMAT = "dasknn-results"
+
+
+def open_results(path: str | os.PathLike[str], run: dict[str, Any], resume: bool) -> tuple[list, set[int]]:
+    """Create (or, with ``resume``, reopen) a results store for a run; return its chunk bounds and the chunks
+    already written.
+
+    ``run`` describes the run (network, inputs, images, chunk bounds, dtype); a store made for another run is
+    refused rather than mixed. A chunk counts as written only once its ``complete`` attribute is set, which is
+    written after its data.
+    """
+    path = Path(path)
+    if path.exists():
+        if not resume:
+            raise DasknnError("already exists; pass --resume to continue that run, or choose another --results", path)
+        try:
+            root = zarr.open_group(path, mode="r+", zarr_format=3)
+            attrs = dict(root.attrs).get("dasknn", {})
+        except Exception as e:
+            raise DasknnError(f"not a results store ({type(e).__name__})", path) from None
+        if attrs.get("format") != RESULTS_FORMAT:
+            raise DasknnError("not a dasknn results store", path)
+        saved = attrs.get("run", {})
+        for key in ("network", "inputs", "images", "dtype"):
+            if saved.get(key) != run.get(key):
+                raise DasknnError(f"was written by another run ({key}: {saved.get(key)!r}, now {run.get(key)!r}); "
+                                  f"choose another --results", path)
+        bounds = [tuple(b) for b in saved["chunks"]]
+        done = {int(name.split("-")[1]) for name, a in root.arrays() if dict(a.attrs).get("complete")}
+        return bounds, done
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    root.attrs["dasknn"] = {"format": RESULTS_FORMAT, "version": VERSION, "run": run}
+    return [tuple(b) for b in run["chunks"]], set()
+
+
+def write_chunk_result(path: str, chunk: int, ids: np.ndarray) -> None:
+    """Write one chunk's categories (original 0-based image indices) into a results store."""
+    root = zarr.open_group(path, mode="r+", zarr_format=3)
+    ids = np.asarray(ids, dtype=np.int64)
+    arr = root.create_array(f"chunk-{chunk}", shape=ids.shape, chunks=(max(1, ids.size),), dtype=np.int64,
+                            compressors=_codecs(), overwrite=True)
+    if ids.size:
+        arr[:] = ids
+    arr.attrs["complete"] = True
+
+
+def read_results(path: str | os.PathLike[str], chunks: set[int] | None = None) -> dict[int, np.ndarray]:
+    """The written chunks' categories, by chunk."""
+    root = zarr.open_group(Path(path), mode="r", zarr_format=3)
+    out = {}
+    for name, a in root.arrays():
+        c = int(name.split("-")[1])
+        if dict(a.attrs).get("complete") and (chunks is None or c in chunks):
+            out[c] = np.asarray(a[:], dtype=np.int64)
+    return out

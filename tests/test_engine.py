@@ -198,3 +198,54 @@ def test_gpu_matches_the_truth(slice_store, slice_truth, mode):
     with local_client(workers=1, gpu=True) as c:
         result = engine.infer(slice_store, client=c, mode=mode, partition="block", backend="gpu", dtype="float64")
     np.testing.assert_array_equal(result.categories, slice_truth)
+
+
+# --- out of core -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_memory_client():
+    from dasknn.cluster import local_client
+
+    with local_client(workers=2, threads_per_worker=1, memory_limit="400MB") as c:
+        yield c
+
+
+@pytest.mark.parametrize("keep_layers", [1, 2, 3])
+def test_streamed_layers_match_resident(small_memory_client, slice_store, slice_truth, keep_layers):
+    result = engine.infer(slice_store, client=small_memory_client, resident=False, keep_layers=keep_layers,
+                          dtype="float64")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    assert not result.resident
+    s = store.open_store(slice_store)
+    # every chunk read every layer once (values as float64), and no more
+    per_pass = sum(w.indptr.nbytes + w.indices.nbytes + w.data.astype(np.float64).nbytes for w in s.iter_layers())
+    assert result.bytes_read == result.chunks * per_pass
+
+
+def test_layer_stream_holds_at_most_two_layers(slice_store):
+    stream = store.LayerStream(slice_store, "float32", keep=2)
+    for k in range(1, 13):
+        stream.layer(k)
+        assert set(stream._cache) <= {k, k + 1}
+    stream.close()
+
+
+def test_resume_recomputes_only_missing_chunks(client, slice_store, slice_truth, tmp_path):
+    import zarr
+
+    results = tmp_path / "results.zarr"
+    first = engine.infer(slice_store, client=client, results=results, chunks=5, dtype="float64")
+    np.testing.assert_array_equal(first.categories, slice_truth)
+    assert first.computed_chunks == [0, 1, 2, 3, 4]
+    # as if the run had stopped before chunks 1 and 3 were written
+    root = zarr.open_group(results, mode="r+")
+    del root["chunk-1"]
+    root["chunk-3"].attrs["complete"] = False
+    again = engine.infer(slice_store, client=client, results=results, resume=True, dtype="float64")
+    np.testing.assert_array_equal(again.categories, slice_truth)
+    assert again.computed_chunks == [1, 3] and again.chunks == 5
+    with pytest.raises(DasknnError, match="pass --resume"):
+        engine.infer(slice_store, client=client, results=results)
+    with pytest.raises(DasknnError, match="another run"):
+        engine.infer(slice_store, client=client, results=results, resume=True, images=500)

@@ -1,0 +1,577 @@
+"""Training a sparse network with a fixed sparsity pattern: single process, or on Dask in data or model mode.
+
+The model
+---------
+The sparse layers are the inference layers, ``Y_next = h(Y @ W + b)`` (challenge orientation, activations held
+transposed and dense: ``yt`` is ``neurons x batch``), where ``h`` adds the scalar bias ``b`` to *nonzero* sums
+only, then applies ReLU and the optional clamp ``ymax`` (off, ``inf``, by default when training). The bias is a
+**fixed scalar** (not trained; 0 by default for training, since the challenge's -0.3 belongs to its 1/16
+weights). After layer ``L`` comes a small dense classifier head (``N x classes`` weights plus a bias vector,
+both trained) and softmax cross-entropy, averaged over the batch.
+
+Only the stored values of each layer learn: the pattern never changes. Weights, gradients, momentum and Adam
+moments are flat arrays aligned with the CSC ``data`` of the layer; the pattern (``indptr, indices``) is held
+once and shared by all of them. No dense copy of a sparse layer exists anywhere.
+
+Stored weights are re-initialised for training (the generated networks' values are all 1/16): He-style normal
+values with standard deviation ``sqrt(2 / fan_in)`` (fan_in: the column's nonzeros), seeded; ``init="keep"``
+keeps the stored values (e.g. a network imported with :func:`import_weights`).
+
+Gradients
+---------
+With ``delta_k = dL/dY_k * h'(Z_k)`` (``h'`` is 1 where the output is strictly between 0 and ``ymax``), the
+weight gradient of a stored entry ``(i, j)`` is ``sum_b Y_{k-1}[i, b] * delta_k[j, b]`` (computed only at the
+pattern, by a Numba kernel), and the error passed down is ``W_k @ delta_k``.
+
+Modes on Dask
+-------------
+* ``data``: every replica holds the whole model and a shard of each batch; the gradient values (sparse values
+  and head, one flat array) are summed by a binary tree of tasks pinned to the replicas' workers, the sum
+  travels back worker to worker, and each replica applies the same optimiser step.
+* ``model``: the layers' columns are partitioned (:mod:`dasknn.partition`) and each part holds its columns'
+  values, their optimiser states and the head rows of the outputs it owns. Forward, parts exchange boundary
+  activations as in inference (``plan.send/recv``); the head's partial logits go to part 0, which computes the
+  loss and sends the (classes x batch) error back. Backward, each part computes the error contributions for all
+  the inputs it needed and sends those owned by others back to their owners, who sum them: the forward volume in
+  reverse. Weight gradients need no traffic.
+
+Replicas and parts are mapped round-robin onto the cluster's workers, so ``workers=4`` runs on a 2-worker
+cluster too (two parts per worker).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from . import kernels
+from .errors import DasknnError
+from .network import Network, as_csc_layer
+
+OPTIMIZERS = ("sgd", "momentum", "adam")
+MODES = ("single", "data", "model")
+MOMENTUM = 0.9
+ADAM = (0.9, 0.999, 1e-8)
+#: Optimiser state arrays per parameter.
+OPT_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
+
+
+# --- kernels on raw arrays ------------------------------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def _wgrad_numba(indptr, indices, xin, delta, out):  # pragma: no cover - compiled
+    # out[p] = sum_b xin[indices[p], b] * delta[j, b] for the stored entries p of column j
+    nb = xin.shape[1]
+    for j in range(indptr.size - 1):
+        for p in range(indptr[j], indptr[j + 1]):
+            s = 0.0
+            row = xin[indices[p]]
+            d = delta[j]
+            for b in range(nb):
+                s += row[b] * d[b]
+            out[p] = s
+
+
+@numba.njit(cache=True, nogil=True)
+def _backin_numba(indptr, indices, data, delta, out):  # pragma: no cover - compiled
+    # out[i, :] += data[p] * delta[j, :]  (out = W_block @ delta)
+    nb = delta.shape[1]
+    for j in range(indptr.size - 1):
+        d = delta[j]
+        for p in range(indptr[j], indptr[j + 1]):
+            w = data[p]
+            o = out[indices[p]]
+            for b in range(nb):
+                o[b] += w * d[b]
+
+
+def weight_grad(indptr: np.ndarray, indices: np.ndarray, xin: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    """Gradient values at the stored pattern: ``sum_b xin[i, b] * delta[j, b]`` for every stored ``(i, j)``."""
+    out = np.empty(indices.size, dtype=np.float64)
+    _wgrad_numba(indptr, indices, np.ascontiguousarray(xin, dtype=np.float64),
+                 np.ascontiguousarray(delta, dtype=np.float64), out)
+    return out
+
+
+def back_input(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, delta: np.ndarray, n_in: int) -> np.ndarray:
+    """The error passed to the inputs: ``W_block @ delta`` (``n_in x batch``)."""
+    out = np.zeros((n_in, delta.shape[1]), dtype=np.float64)
+    _backin_numba(indptr, indices, data, np.ascontiguousarray(delta, dtype=np.float64), out)
+    return out
+
+
+def forward_layer(xin, indptr, indices, data, bias: float, ymax: float) -> np.ndarray:
+    """One sparse layer (the inference kernel, float64): ``h(W^T @ xin)``."""
+    return kernels.layer_step(np.ascontiguousarray(xin, dtype=np.float64), indptr, indices, data, bias, ymax)
+
+
+def active(y: np.ndarray, ymax: float) -> np.ndarray:
+    """Where the layer rule's derivative is 1 (the output is strictly between 0 and ``ymax``)."""
+    return (y > 0) & (y < ymax)
+
+
+def softmax_xent(logits: np.ndarray, labels: np.ndarray, scale: float) -> tuple[float, np.ndarray]:
+    """Summed cross-entropy of ``logits`` (classes x batch) divided by ``scale``, and its gradient."""
+    z = logits - logits.max(axis=0, keepdims=True)
+    e = np.exp(z)
+    p = e / e.sum(axis=0, keepdims=True)
+    cols = np.arange(labels.size)
+    loss = float(-np.log(np.maximum(p[labels, cols], 1e-300)).sum() / scale)
+    p[labels, cols] -= 1.0
+    return loss, p / scale
+
+
+# --- the model and its optimiser ------------------------------------------------------------------------------
+
+
+@dataclass
+class Model:
+    """A trainable network: the shared patterns, the values, the head and the optimiser state.
+
+    ``params`` is ``[values_1, ..., values_L, head_w (N x C), head_b (C)]``; ``slots[s][i]`` is optimiser state
+    ``s`` (momentum; or Adam's first and second moments) of ``params[i]``, same shape.
+    """
+
+    patterns: list[tuple[np.ndarray, np.ndarray]]
+    params: list[np.ndarray]
+    neurons: int
+    classes: int
+    bias: float = 0.0
+    ymax: float = math.inf
+    optimizer: str = "sgd"
+    slots: list[list[np.ndarray]] = field(default_factory=list)
+    step: int = 0
+
+    @property
+    def depth(self) -> int:
+        return len(self.patterns)
+
+    def layer(self, k: int) -> sp.csc_matrix:
+        """Layer ``k`` (1-based) as a SciPy matrix."""
+        indptr, indices = self.patterns[k - 1]
+        return sp.csc_matrix((self.params[k - 1], indices, indptr), shape=(self.neurons, self.neurons))
+
+    def state_bytes(self) -> int:
+        """Bytes of weights + gradients + optimiser state as stored: values arrays, the one shared pattern."""
+        values = sum(p.nbytes for p in self.params)
+        pattern = sum(a.nbytes + b.nbytes for a, b in self.patterns)
+        return values * (2 + OPT_SLOTS[self.optimizer]) + pattern
+
+    def dense_masked_state_bytes(self) -> int:
+        """The same state kept dense with a mask: ``N^2`` values per layer per array, plus a one-byte mask."""
+        n2 = self.neurons * self.neurons
+        head = sum(p.nbytes for p in self.params[self.depth:])
+        arrays = 2 + OPT_SLOTS[self.optimizer]
+        return self.depth * (n2 * 8 * arrays + n2) + head * arrays
+
+
+def init_model(layers: list[sp.spmatrix], classes: int, *, seed: int = 0, init: str = "he", bias: float = 0.0,
+               ymax: float = math.inf, optimizer: str = "sgd") -> Model:
+    """A model on the layers' patterns: He-style seeded values (``init="he"``) or the stored ones (``"keep"``)."""
+    if optimizer not in OPTIMIZERS:
+        raise DasknnError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, not {optimizer!r}")
+    if init not in ("he", "keep"):
+        raise DasknnError(f"init must be he or keep, not {init!r}")
+    rng = np.random.default_rng(seed)
+    patterns, params = [], []
+    for w in layers:
+        m = as_csc_layer(w, dtype=np.float64)
+        patterns.append((m.indptr.astype(np.int64), m.indices.astype(np.int32)))
+        if init == "he":
+            fan_in = np.maximum(np.diff(m.indptr), 1)
+            std = np.repeat(np.sqrt(2.0 / fan_in), np.diff(m.indptr))
+            params.append(rng.standard_normal(m.nnz) * std)
+        else:
+            params.append(m.data.astype(np.float64))
+    n = int(layers[0].shape[0])
+    params.append(rng.standard_normal((n, classes)) * math.sqrt(1.0 / n))
+    params.append(np.zeros(classes))
+    model = Model(patterns, params, n, classes, bias, ymax, optimizer)
+    model.slots = [[np.zeros_like(p) for p in params] for _ in range(OPT_SLOTS[optimizer])]
+    return model
+
+
+def apply_update(optimizer: str, params: list[np.ndarray], grads: list[np.ndarray], slots: list[list[np.ndarray]],
+                 lr: float, step: int) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+    """One optimiser step (``step`` counts from 1), elementwise, so any split of the arrays gives the same result.
+    Returns new arrays (the inputs are not modified)."""
+    if optimizer == "sgd":
+        return [p - lr * g for p, g in zip(params, grads)], []
+    if optimizer == "momentum":
+        v = [MOMENTUM * s + g for s, g in zip(slots[0], grads)]
+        return [p - lr * s for p, s in zip(params, v)], [v]
+    b1, b2, eps = ADAM
+    m = [b1 * s + (1 - b1) * g for s, g in zip(slots[0], grads)]
+    v = [b2 * s + (1 - b2) * g * g for s, g in zip(slots[1], grads)]
+    c1, c2 = 1 - b1 ** step, 1 - b2 ** step
+    return [p - lr * (a / c1) / (np.sqrt(b / c2) + eps) for p, a, b in zip(params, m, v)], [m, v]
+
+
+def forward(model: Model, xt: np.ndarray) -> list[np.ndarray]:
+    """Activations ``[Y_0, ..., Y_L]``, each transposed (``N x batch``), float64."""
+    ys = [np.ascontiguousarray(xt, dtype=np.float64)]
+    for (indptr, indices), values in zip(model.patterns, model.params):
+        ys.append(forward_layer(ys[-1], indptr, indices, values, model.bias, model.ymax))
+    return ys
+
+
+def logits(model: Model, xt: np.ndarray) -> np.ndarray:
+    """Class scores (classes x batch)."""
+    y = forward(model, xt)[-1]
+    return model.params[-2].T @ y + model.params[-1][:, None]
+
+
+def gradients(model: Model, xt: np.ndarray, labels: np.ndarray, scale: float | None = None) -> tuple[float, list[np.ndarray]]:
+    """Loss and gradients of every parameter (aligned with ``model.params``) on one batch.
+
+    ``scale`` divides the summed loss (the batch size by default; a replica passes the global batch size)."""
+    scale = float(labels.size if scale is None else scale)
+    ys = forward(model, xt)
+    hw, hb = model.params[-2], model.params[-1]
+    loss, dlog = softmax_xent(hw.T @ ys[-1] + hb[:, None], labels, scale)
+    grads: list[np.ndarray] = [None] * len(model.params)  # type: ignore[list-item]
+    grads[-2] = ys[-1] @ dlog.T
+    grads[-1] = dlog.sum(axis=1)
+    g = hw @ dlog
+    for k in range(model.depth, 0, -1):
+        indptr, indices = model.patterns[k - 1]
+        delta = g * active(ys[k], model.ymax)
+        grads[k - 1] = weight_grad(indptr, indices, ys[k - 1], delta)
+        if k > 1:
+            g = back_input(indptr, indices, model.params[k - 1], delta, model.neurons)
+    return loss, grads
+
+
+def sgd_step(model: Model, xt: np.ndarray, labels: np.ndarray, lr: float) -> float:
+    """One training step in this process; returns the batch loss."""
+    loss, grads = gradients(model, xt, labels)
+    model.step += 1
+    model.params, model.slots = apply_update(model.optimizer, model.params, grads, model.slots, lr, model.step)
+    return loss
+
+
+def accuracy(model: Model, xt: np.ndarray, labels: np.ndarray) -> float:
+    """Share of images (columns of ``xt``) whose highest score is their label."""
+    return float((logits(model, xt).argmax(axis=0) == labels).mean()) if labels.size else float("nan")
+
+
+# --- data -------------------------------------------------------------------------------------------------------
+
+
+def load_digits_1024() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's 8x8 digits (1,797 images), each pixel repeated 4 x 4 to 32 x 32 = 1024 inputs, in [0, 1]."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise DasknnError("--data digits needs scikit-learn: pip install scikit-learn") from None
+    d = load_digits()
+    imgs = np.kron(d.images, np.ones((1, 4, 4))) / 16.0
+    return imgs.reshape(len(imgs), 1024), d.target.astype(np.int64)
+
+
+def load_data(data, neurons: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)``: images (count x neurons, float64) and integer labels, from ``"digits"``, an ``.npz`` with arrays
+    ``x`` and ``y``, or a pair of arrays."""
+    if isinstance(data, tuple):
+        x, y = data
+    elif str(data) == "digits":
+        x, y = load_digits_1024()
+    else:
+        try:
+            with np.load(data, allow_pickle=False) as f:
+                x, y = f["x"], f["y"]
+        except (OSError, KeyError, ValueError) as e:
+            raise DasknnError(f"cannot read training data: an .npz with arrays x and y is needed ({e})", data) from None
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y).astype(np.int64)
+    if x.ndim != 2 or x.shape[1] != neurons:
+        raise DasknnError(f"the training images have {x.shape[-1]} pixels, the network {neurons} neurons")
+    if y.shape != (x.shape[0],) or y.min() < 0:
+        raise DasknnError("the labels must be one non-negative integer per image")
+    return x, y
+
+
+def split(x: np.ndarray, y: np.ndarray, test_share: float, seed: int):
+    """A seeded hold-out split: ``(x_train, y_train, x_test, y_test)``."""
+    perm = np.random.default_rng([seed, 7]).permutation(len(y))
+    n_test = int(round(test_share * len(y)))
+    te, trn = perm[:n_test], perm[n_test:]
+    return x[trn], y[trn], x[te], y[te]
+
+
+def schedule(n_train: int, batch: int, epochs: int, seed: int) -> list[np.ndarray]:
+    """Every step's batch (indices into the training set): a seeded permutation per epoch, so a resumed run
+    sees exactly the batches an uninterrupted one would."""
+    steps = []
+    for e in range(epochs):
+        perm = np.random.default_rng([seed, 11, e]).permutation(n_train)
+        steps += [np.sort(perm[i:i + batch]) for i in range(0, n_train, batch)]
+    return steps
+
+
+# --- checkpoints ------------------------------------------------------------------------------------------------
+
+
+def save_checkpoint(path, model: Model, extra: dict | None = None) -> Path:
+    """Write the model (patterns, values, head, optimiser state, step) as a Zarr group, atomically."""
+    import zarr
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.partial-{uuid.uuid4().hex[:8]}")
+    root = zarr.open_group(tmp, mode="w", zarr_format=3)
+
+    def put(name, a):
+        arr = root.create_array(name, shape=a.shape, dtype=a.dtype, chunks=a.shape if a.size else (1,) * a.ndim)
+        if a.size:
+            arr[...] = a
+
+    for k, (indptr, indices) in enumerate(model.patterns, start=1):
+        put(f"pattern/{k}/indptr", indptr)
+        put(f"pattern/{k}/indices", indices)
+    for i, p in enumerate(model.params):
+        put(f"params/{i}", p)
+        for s, slot in enumerate(model.slots):
+            put(f"slots/{s}/{i}", slot[i])
+    root.attrs["dasknn-train"] = {"step": model.step, "neurons": model.neurons, "classes": model.classes,
+                                  "bias": model.bias, "ymax": None if math.isinf(model.ymax) else model.ymax,
+                                  "optimizer": model.optimizer, "depth": model.depth, **(extra or {})}
+    if path.exists():
+        trash = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(path, trash)
+        os.replace(tmp, path)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(path) -> tuple[Model, dict]:
+    """A model saved by :func:`save_checkpoint`, and its attributes."""
+    import zarr
+
+    try:
+        root = zarr.open_group(Path(path), mode="r", zarr_format=3)
+        a = dict(root.attrs["dasknn-train"])
+    except Exception as e:
+        raise DasknnError(f"not a dasknn training checkpoint ({type(e).__name__})", path) from None
+    depth = a["depth"]
+    patterns = [(np.asarray(root[f"pattern/{k}/indptr"][...]), np.asarray(root[f"pattern/{k}/indices"][...]))
+                for k in range(1, depth + 1)]
+    params = [np.asarray(root[f"params/{i}"][...]) for i in range(depth + 2)]
+    slots = [[np.asarray(root[f"slots/{s}/{i}"][...]) for i in range(depth + 2)]
+             for s in range(OPT_SLOTS[a["optimizer"]])]
+    model = Model(patterns, params, a["neurons"], a["classes"], a["bias"],
+                  math.inf if a["ymax"] is None else a["ymax"], a["optimizer"], slots, a["step"])
+    return model, a
+
+
+# --- data mode tasks (run on workers) ---------------------------------------------------------------------------
+
+
+def _flat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate([a.ravel() for a in arrays])
+
+
+def _unflat(flat: np.ndarray, like: list[np.ndarray]) -> list[np.ndarray]:
+    out, at = [], 0
+    for a in like:
+        out.append(flat[at:at + a.size].reshape(a.shape))
+        at += a.size
+    return out
+
+
+def _d_grad(model: Model, xt: np.ndarray, labels: np.ndarray, idx: np.ndarray, scale: float) -> np.ndarray:
+    # this replica's share of the batch; the loss rides along as the last value, so the reduction sums it too
+    loss, grads = gradients(model, np.ascontiguousarray(xt[:, idx]), labels[idx], scale)
+    return np.append(_flat(grads), loss)
+
+
+def _sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a + b
+
+
+def _d_update(model: Model, total: np.ndarray, lr: float) -> Model:
+    grads = _unflat(total[:-1], model.params)
+    step = model.step + 1
+    params, slots = apply_update(model.optimizer, model.params, grads, model.slots, lr, step)
+    return Model(model.patterns, params, model.neurons, model.classes, model.bias, model.ymax, model.optimizer,
+                 slots, step)
+
+
+def _last(a: np.ndarray) -> float:
+    return float(a[-1])
+
+
+def _bytes_sent(dask_worker) -> int:
+    return int(dask_worker.transfer_outgoing_bytes_total)
+
+
+def _tree_sum(graph, keys: list[str], where: list[str], name: str) -> str:
+    """Sum the arrays of ``keys`` (on workers ``where``) by a binary tree of pinned tasks; the root's key."""
+    from .engine import _ref
+
+    keys, where = list(keys), list(where)
+    level = 0
+    while len(keys) > 1:
+        nk, nw = [], []
+        for i in range(0, len(keys), 2):
+            if i + 1 < len(keys):
+                nk.append(graph.add(where[i], f"{name}-sum{level}-{i}", (_sum, _ref(keys[i]), _ref(keys[i + 1]))))
+            else:
+                nk.append(keys[i])
+            nw.append(where[i])
+        keys, where, level = nk, nw, level + 1
+    return keys[0]
+
+
+# --- model mode: splitting a model into parts, and the tasks ----------------------------------------------------
+
+
+def _positions(indptr: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Positions in a CSC ``data`` array of the entries of columns ``cols`` (in order)."""
+    if cols.size == 0:
+        return np.empty(0, dtype=np.int64)
+    starts, ends = indptr[cols], indptr[cols + 1]
+    lens = ends - starts
+    return (np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())).astype(np.int64)
+
+
+def split_model(model: Model, plan) -> tuple[list[dict], list[list[np.ndarray]]]:
+    """Each part's state (its columns' values and optimiser state, re-indexed into its input space; its head
+    rows; the head bias on part 0) and, per part, the positions of its values in the global arrays."""
+    parts, depth = plan.parts, model.depth
+    states, positions = [], []
+    last_out = [plan.layers[depth - 1][q].outputs for q in range(parts)]
+    for q in range(parts):
+        pls = plan.part(q)
+        pat, pos = [], []
+        for k, pl in enumerate(pls, start=1):
+            indptr, indices = model.patterns[k - 1]
+            p = _positions(indptr, pl.outputs)
+            lens = indptr[pl.outputs + 1] - indptr[pl.outputs]
+            local_ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+            pat.append((local_ptr, np.searchsorted(pl.inputs, indices[p]).astype(np.int32)))
+            pos.append(p)
+        pos.append(last_out[q])
+
+        def take(arrays):
+            out = [a[i] for a, i in zip(arrays[:depth], pos[:depth])]
+            out.append(arrays[depth][last_out[q]])
+            out.append(arrays[depth + 1] if q == 0 else arrays[depth + 1][:0])
+            return out
+
+        states.append({"part": q, "pl": pls, "pat": pat, "params": take(model.params),
+                       "slots": [take(s) for s in model.slots], "step": model.step, "bias": model.bias,
+                       "ymax": model.ymax, "optimizer": model.optimizer})
+        positions.append(pos)
+    return states, positions
+
+
+def join_model(model: Model, states: list[dict], positions: list[list[np.ndarray]]) -> Model:
+    """The global model back from its parts (``model`` gives the patterns and the shapes)."""
+    depth = model.depth
+
+    def put(arrays_of):
+        out = [np.empty_like(p) for p in model.params]
+        for st, pos in zip(states, positions):
+            arrays = arrays_of(st)
+            for k in range(depth):
+                out[k][pos[k]] = arrays[k]
+            out[depth][pos[depth]] = arrays[depth]
+            if st["part"] == 0:
+                out[depth + 1][:] = arrays[depth + 1]
+        return out
+
+    slots = [put(lambda st, s=s: st["slots"][s]) for s in range(len(model.slots))]
+    return Model(model.patterns, put(lambda st: st["params"]), model.neurons, model.classes, model.bias,
+                 model.ymax, model.optimizer, slots, states[0]["step"])
+
+
+def _m_batch(x_part: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x_part[:, idx])
+
+
+def _y(block):
+    return block[1] if isinstance(block, tuple) else block
+
+
+def _m_send(state: dict, k: int, q: int, block) -> np.ndarray:
+    return np.ascontiguousarray(_y(block)[state["pl"][k - 1].send[q]])
+
+
+def _m_fwd(state: dict, k: int, block, senders: tuple[int, ...], *messages) -> tuple[np.ndarray, np.ndarray]:
+    pl = state["pl"][k - 1]
+    prev = _y(block)
+    xin = np.empty((pl.inputs.size, prev.shape[1]))
+    xin[pl.local[0]] = prev[pl.local[1]]
+    for p, msg in zip(senders, messages):
+        xin[pl.recv[p]] = msg
+    indptr, indices = state["pat"][k - 1]
+    return xin, forward_layer(xin, indptr, indices, state["params"][k - 1], state["bias"], state["ymax"])
+
+
+def _m_partial_logits(state: dict, last) -> np.ndarray:
+    return state["params"][-2].T @ _y(last)
+
+
+def _m_loss(state: dict, labels: np.ndarray, idx: np.ndarray, scale: float, *partials) -> tuple:
+    lg = partials[0].copy()
+    for p in partials[1:]:
+        lg += p
+    loss, dlog = softmax_xent(lg + state["params"][-1][:, None], labels[idx], scale)
+    return dlog, loss
+
+
+def _m_head_back(state: dict, last, lossres) -> tuple[np.ndarray, np.ndarray]:
+    dlog = lossres[0]
+    return state["params"][-2] @ dlog, _y(last) @ dlog.T
+
+
+def _m_back(state: dict, k: int, fwd, g) -> tuple[np.ndarray, np.ndarray | None]:
+    g = g[0] if isinstance(g, tuple) else g
+    xin, y = fwd
+    indptr, indices = state["pat"][k - 1]
+    delta = g * active(y, state["ymax"])
+    wg = weight_grad(indptr, indices, xin, delta)
+    gin = back_input(indptr, indices, state["params"][k - 1], delta, xin.shape[0]) if k > 1 else None
+    return wg, gin
+
+
+def _m_return(state: dict, k: int, p: int, back) -> np.ndarray:
+    # the error contributions for inputs part p owns: the forward message from p, in reverse
+    return np.ascontiguousarray(back[1][state["pl"][k - 1].recv[p]])
+
+
+def _m_gather(state: dict, k: int, n_prev: int, back, senders: tuple[int, ...], *messages) -> np.ndarray:
+    # the error of this part's outputs of layer k-1: its own contributions plus those folded back by the others
+    pl = state["pl"][k - 1]
+    gin = back[1]
+    g = np.zeros((n_prev, gin.shape[1]))
+    g[pl.local[1]] += gin[pl.local[0]]
+    for q, msg in zip(senders, messages):
+        g[pl.send[q]] += msg
+    return g
+
+
+def _m_update(state: dict, lr: float, head, lossres, *backs) -> dict:
+    grads = [b[0] for b in backs] + [head[1]]
+    grads.append(lossres[0].sum(axis=1) if state["part"] == 0 else state["params"][-1][:0])
+    step = state["step"] + 1
+    params, slots = apply_update(state["optimizer"], state["params"], grads, state["slots"], lr, step)
+    return {**state, "params": params, "slots": slots, "step": step}
+
+
+def _item(t, i):
+    return t[i]
