@@ -16,13 +16,13 @@ def local_client(
     threads_per_worker: int = 1,
     scheduler: str | None = None,
     memory_limit: str | int | None = "auto",
-    dashboard: bool = False,
     gpu: bool = False,
 ) -> Iterator:
     """Yield a ``distributed.Client``: connected to ``scheduler``, or to a new local cluster closed on exit.
 
     A local cluster listens on 127.0.0.1 only (nothing is opened to the network), runs one worker process per
-    core by default, each with ``threads_per_worker`` threads, and serves the dashboard only when asked. With
+    core by default, each with ``threads_per_worker`` threads; its HTTP routes and dashboard listen on a free
+    port of 127.0.0.1 (``client.dashboard_link``). With
     ``gpu``, it is a ``dask_cuda.LocalCUDACluster``: one worker per visible GPU.
     """
     from distributed import Client, LocalCluster
@@ -32,7 +32,7 @@ def local_client(
             from dask_cuda import LocalCUDACluster
         except ImportError:
             raise DasknnError("--gpu needs CuPy and dask-cuda: pip install 'dasknn[gpu]'") from None
-        with LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0" if dashboard else None,
+        with LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0",
                               CUDA_VISIBLE_DEVICES=None if workers is None else list(range(workers)),
                               silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
             yield client
@@ -53,7 +53,9 @@ def local_client(
         threads_per_worker=threads_per_worker,
         processes=True,
         host="127.0.0.1",
-        dashboard_address="127.0.0.1:0" if dashboard else None,
+        # the scheduler's HTTP routes (and the dashboard, where bokeh is installed) on a free local port: a
+        # fixed 8787 collides with any other cluster on the machine
+        dashboard_address="127.0.0.1:0",
         memory_limit=memory_limit,
         silence_logs=logging.ERROR,
     ) as cluster, Client(cluster) as client:

@@ -575,3 +575,297 @@ def _m_update(state: dict, lr: float, head, lossres, *backs) -> dict:
 
 def _item(t, i):
     return t[i]
+
+
+# --- the driver -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainResult:
+    """What a training run did and measured."""
+
+    model: Model
+    mode: str
+    workers: int
+    steps: int
+    seconds: float
+    losses: list[float]
+    train_loss: float
+    test_accuracy: float
+    train_accuracy: float
+    bytes_sent: int = 0
+    partition: str = ""
+
+    @property
+    def bytes_sent_per_step(self) -> float:
+        return self.bytes_sent / self.steps if self.steps else 0.0
+
+    def summary(self) -> dict:
+        """The figures ``dasknn train --json`` prints."""
+        return {"mode": self.mode, "workers": self.workers, "partition": self.partition, "steps": self.steps,
+                "seconds": round(self.seconds, 4),
+                "steps_per_second": round(self.steps / self.seconds, 3) if self.seconds > 0 else None,
+                "train_loss": self.train_loss, "train_accuracy": self.train_accuracy,
+                "test_accuracy": self.test_accuracy, "state_bytes": self.model.state_bytes(),
+                "dense_masked_state_bytes": self.model.dense_masked_state_bytes(),
+                "bytes_sent_per_step": self.bytes_sent_per_step, "optimizer": self.model.optimizer}
+
+
+def _layers_of(network) -> tuple[list[sp.csc_matrix], str | None]:
+    if isinstance(network, Network):
+        return list(network.layers), None
+    if isinstance(network, (list, tuple)):
+        return list(network), None
+    from .store import open_store
+
+    path = str(Path(network).resolve())
+    return open_store(path).network().layers, path
+
+
+class _DataRunner:
+    def __init__(self, client, workers, model, xt, labels):
+        self.client, self.workers = client, workers
+        self.replicas = [client.scatter(model, workers=[w], hash=False) for w in workers]
+        self.x = {w: client.scatter(xt, workers=[w], hash=False) for w in set(workers)}
+        self.y = {w: client.scatter(labels, workers=[w], hash=False) for w in set(workers)}
+
+    def run(self, steps: list[np.ndarray], lr: float, first: int) -> list[float]:
+        from .engine import _Graph, _ref
+
+        graph = _Graph(uuid.uuid4().hex[:8])
+        r = len(self.workers)
+        cur = list(self.replicas)
+        loss_keys = []
+        for s, idx in enumerate(steps, start=first):
+            shards = np.array_split(idx, r)
+            gk = [graph.add(w, f"grad-s{s}-r{i}", (_d_grad, cur[i] if s == first else _ref(cur[i]), self.x[w],
+                                                    self.y[w], shards[i], float(idx.size)))
+                  for i, w in enumerate(self.workers)]
+            root = _tree_sum(graph, gk, self.workers, f"allreduce-s{s}")
+            loss_keys.append(graph.add(self.workers[0], f"loss-s{s}", (_last, _ref(root))))
+            cur = [graph.add(w, f"model-s{s}-r{i}", (_d_update, cur[i] if s == first else _ref(cur[i]), _ref(root), lr))
+                   for i, w in enumerate(self.workers)]
+        futures = graph.submit(self.client, cur + loss_keys)
+        losses = self.client.gather(futures[r:])
+        self.replicas = futures[:r]
+        return losses
+
+    def model(self) -> Model:
+        return self.replicas[0].result()
+
+
+class _ModelRunner:
+    def __init__(self, client, workers, model, plan, xt, labels):
+        self.client, self.workers, self.plan, self.template = client, workers, plan, model
+        states, self.positions = split_model(model, plan)
+        # a list of one: scattering a dict would scatter its values one by one
+        self.states = [client.scatter([st], workers=[w], hash=False)[0] for st, w in zip(states, workers)]
+        self.x = [client.scatter(np.ascontiguousarray(xt[plan.inputs_owned[q]]), workers=[w], hash=False)
+                  for q, w in enumerate(workers)]
+        self.y = client.scatter(labels, workers=[workers[0]], hash=False)
+
+    def run(self, steps: list[np.ndarray], lr: float, first: int) -> list[float]:
+        from .engine import _Graph, _ref
+
+        graph = _Graph(uuid.uuid4().hex[:8])
+        ws, plan, parts, depth = self.workers, self.plan, self.plan.parts, self.template.depth
+        cur = list(self.states)
+
+        def st(q):
+            return cur[q] if isinstance(cur[q], str) is False else _ref(cur[q])
+
+        loss_keys = []
+        for s, idx in enumerate(steps, start=first):
+            blocks = [graph.add(ws[q], f"batch-s{s}-p{q}", (_m_batch, self.x[q], idx)) for q in range(parts)]
+            fwd = [blocks]
+            for k in range(1, depth + 1):
+                layer = plan.layers[k - 1]
+                sends = {(p, q): graph.add(ws[p], f"send-s{s}-l{k}-p{p}-to{q}", (_m_send, st(p), k, q, _ref(fwd[-1][p])))
+                         for p in range(parts) for q in layer[p].send}
+                new = []
+                for q in range(parts):
+                    senders = tuple(sorted(layer[q].recv))
+                    new.append(graph.add(ws[q], f"fwd-s{s}-l{k}-p{q}",
+                                         (_m_fwd, st(q), k, _ref(fwd[-1][q]), senders,
+                                          *(_ref(sends[(p, q)]) for p in senders))))
+                fwd.append(new)
+            partial = [graph.add(ws[q], f"logits-s{s}-p{q}", (_m_partial_logits, st(q), _ref(fwd[-1][q])))
+                       for q in range(parts)]
+            lossres = graph.add(ws[0], f"loss-s{s}", (_m_loss, st(0), self.y, idx, float(idx.size),
+                                                      *(_ref(k) for k in partial)))
+            loss_keys.append(graph.add(ws[0], f"lossv-s{s}", (_item, _ref(lossres), 1)))
+            head = [graph.add(ws[q], f"head-s{s}-p{q}", (_m_head_back, st(q), _ref(fwd[-1][q]), _ref(lossres)))
+                    for q in range(parts)]
+            g = head
+            backs = [[None] * parts for _ in range(depth)]
+            for k in range(depth, 0, -1):
+                for q in range(parts):
+                    backs[k - 1][q] = graph.add(ws[q], f"back-s{s}-l{k}-p{q}",
+                                                (_m_back, st(q), k, _ref(fwd[k][q]), _ref(g[q])))
+                if k == 1:
+                    break
+                layer = plan.layers[k - 1]
+                rets = {(q, p): graph.add(ws[q], f"ret-s{s}-l{k}-p{q}-to{p}",
+                                          (_m_return, st(q), k, p, _ref(backs[k - 1][q])))
+                        for q in range(parts) for p in layer[q].recv}
+                g = []
+                for p in range(parts):
+                    senders = tuple(sorted(layer[p].send))
+                    n_prev = plan.layers[k - 2][p].outputs.size
+                    g.append(graph.add(ws[p], f"gerr-s{s}-l{k - 1}-p{p}",
+                                       (_m_gather, st(p), k, n_prev, _ref(backs[k - 1][p]), senders,
+                                        *(_ref(rets[(q, p)]) for q in senders))))
+            cur = [graph.add(ws[q], f"state-s{s}-p{q}",
+                             (_m_update, st(q), lr, _ref(head[q]), _ref(lossres),
+                              *(_ref(backs[k][q]) for k in range(depth))))
+                   for q in range(parts)]
+        futures = graph.submit(self.client, cur + loss_keys)
+        losses = self.client.gather(futures[parts:])
+        self.states = futures[:parts]
+        return losses
+
+    def model(self) -> Model:
+        return join_model(self.template, self.client.gather(self.states), self.positions)
+
+
+def train(
+    network,
+    data="digits",
+    *,
+    epochs: int = 1,
+    batch: int = 64,
+    lr: float = 0.01,
+    optimizer: str = "sgd",
+    mode: str = "model",
+    partition: str | np.ndarray = "hypergraph",
+    workers: int = 2,
+    client=None,
+    checkpoint_every: int = 0,
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    seed: int = 0,
+    bias: float = 0.0,
+    ymax: float = math.inf,
+    init: str = "he",
+    max_steps: int | None = None,
+    test_share: float = 0.2,
+    chunk: int = 50,
+) -> TrainResult:
+    """Train a sparse network (fixed pattern) with a dense classifier head; see the module's description.
+
+    Parameters
+    ----------
+    network
+        A store path, a :class:`~dasknn.network.Network` or a list of sparse layers (only the pattern matters
+        with ``init="he"``).
+    data
+        ``"digits"`` (needs 1024 neurons and scikit-learn), an ``.npz`` with ``x`` (images x neurons) and ``y``,
+        or a pair ``(x, y)``. A seeded ``test_share`` is held out.
+    mode
+        ``"single"`` (this process, no Dask), ``"data"`` or ``"model"``.
+    workers
+        Replicas (data) or parts (model), mapped round-robin onto the cluster's workers.
+    checkpoint, checkpoint_every, resume
+        Save the model (atomically) every ``checkpoint_every`` steps and at the end; with ``resume``, continue
+        from the checkpoint: the batches depend only on the seed and the step, so the result is that of an
+        uninterrupted run.
+    max_steps
+        Stop after this many steps in all (of the ``epochs`` scheduled).
+    chunk
+        Steps per submitted task graph.
+    """
+    if mode not in MODES:
+        raise DasknnError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if epochs < 1 or batch < 1 or workers < 1 or not lr > 0:
+        raise DasknnError("--epochs, --batch and --workers must be at least 1 and --lr positive")
+    if (checkpoint_every or resume) and checkpoint is None:
+        raise DasknnError("--checkpoint-every and --resume need --checkpoint STORE")
+    layers, path = _layers_of(network)
+    neurons = int(layers[0].shape[0])
+    x, y = load_data(data, neurons)
+    x_tr, y_tr, x_te, y_te = split(x, y, test_share, seed)
+    classes = int(y.max()) + 1
+    if resume and checkpoint is not None and Path(checkpoint).exists():
+        model, _ = load_checkpoint(checkpoint)
+        if model.optimizer != optimizer or model.depth != len(layers) or model.neurons != neurons:
+            raise DasknnError("the checkpoint was made with another network or optimiser", checkpoint)
+    else:
+        model = init_model(layers, classes, seed=seed, init=init, bias=bias, ymax=ymax, optimizer=optimizer)
+    plan_steps = schedule(len(y_tr), batch, epochs, seed)
+    if max_steps is not None:
+        plan_steps = plan_steps[:max_steps]
+    todo = plan_steps[model.step:]
+    xt = np.ascontiguousarray(x_tr.T)
+    losses: list[float] = []
+    bytes_sent = 0
+    part_name = ""
+
+    start = model.step
+
+    def bounds():
+        size = checkpoint_every if checkpoint_every else chunk
+        at = 0
+        while at < len(todo):
+            step0 = start + at
+            stop = min(len(todo), at + min(chunk, size - step0 % size if checkpoint_every else chunk))
+            yield at, stop
+            at = stop
+
+    t0 = time.perf_counter()
+    if mode == "single":
+        for a, b in bounds():
+            for idx in todo[a:b]:
+                losses.append(sgd_step(model, np.ascontiguousarray(xt[:, idx]), y_tr[idx], lr))
+            if checkpoint_every and model.step % checkpoint_every == 0:
+                save_checkpoint(checkpoint, model, {"seed": seed})
+        seconds = time.perf_counter() - t0
+    else:
+        if client is None:
+            from .cluster import local_client
+
+            with local_client(workers=min(workers, os.cpu_count() or 1)) as c:
+                return train(network if path is None else path, data, epochs=epochs, batch=batch, lr=lr,
+                             optimizer=optimizer, mode=mode, partition=partition, workers=workers, client=c,
+                             checkpoint_every=checkpoint_every, checkpoint=checkpoint, resume=resume, seed=seed,
+                             bias=bias, ymax=ymax, init=init, max_steps=max_steps, test_share=test_share,
+                             chunk=chunk)
+        names = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        if not names:
+            raise DasknnError("the Dask cluster has no workers")
+        ws = [names[i % len(names)] for i in range(workers)]
+        if mode == "data":
+            runner = _DataRunner(client, ws, model, xt, y_tr)
+        else:
+            from .partition import partition_network
+            from .plan import build_plan
+
+            if isinstance(partition, np.ndarray):
+                owners, part_name = partition, "given"
+            elif workers == 1:
+                owners, part_name = np.zeros((len(layers) + 1, neurons), dtype=np.int32), "single"
+            elif path is not None:
+                from .engine import resolve_partition
+
+                owners, part_name = resolve_partition(path, partition, workers, seed), str(partition)
+            else:
+                owners, part_name = partition_network(layers, workers, str(partition), seed=seed), str(partition)
+            runner = _ModelRunner(client, ws, model, build_plan(layers, owners), xt, y_tr)
+        sent0 = client.run(_bytes_sent)
+        t0 = time.perf_counter()
+        done = model.step
+        for a, b in bounds():
+            losses += runner.run(todo[a:b], lr, done + a)
+            if checkpoint_every and (done + b) % checkpoint_every == 0:
+                save_checkpoint(checkpoint, runner.model(), {"seed": seed})
+        seconds = time.perf_counter() - t0
+        sent1 = client.run(_bytes_sent)
+        bytes_sent = sum(sent1[w] - sent0.get(w, 0) for w in sent1)
+        model = runner.model()
+    if checkpoint is not None and todo:
+        save_checkpoint(checkpoint, model, {"seed": seed})
+    xte = np.ascontiguousarray(x_te.T)
+    return TrainResult(model=model, mode=mode, workers=1 if mode == "single" else workers, steps=len(todo),
+                       seconds=seconds, losses=[float(v) for v in losses],
+                       train_loss=float(np.mean(losses[-10:])) if losses else float("nan"),
+                       test_accuracy=accuracy(model, xte, y_te), train_accuracy=accuracy(model, xt, y_tr),
+                       bytes_sent=bytes_sent, partition=part_name)

@@ -249,3 +249,10 @@ def test_resume_recomputes_only_missing_chunks(client, slice_store, slice_truth,
         engine.infer(slice_store, client=client, results=results)
     with pytest.raises(DasknnError, match="another run"):
         engine.infer(slice_store, client=client, results=results, resume=True, images=500)
+
+
+def test_local_cluster_listens_on_loopback_only(client):
+    info = client.scheduler_info(n_workers=-1)
+    assert info["address"].startswith("tcp://127.0.0.1:")
+    assert all(w.startswith("tcp://127.0.0.1:") for w in info["workers"])
+    assert "127.0.0.1" in client.dashboard_link

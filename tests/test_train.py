@@ -93,3 +93,37 @@ def test_adam_matches_formula():
     # first Adam step moves every value by lr * sign(g) (up to eps)
     assert np.allclose(new[0], p[0] - 0.1 * np.sign(g[0]), atol=1e-6)
     assert np.allclose(slots[0][0], 0.1 * g[0]) and np.allclose(slots[1][0], 0.001 * g[0] ** 2)
+
+
+def small_run(mode, workers, client, optimizer="momentum", steps=10, **kw):
+    x, y = toy_data(60)
+    return tr.train(random_layers(), (x, y), epochs=4, batch=16, lr=0.05, optimizer=optimizer, mode=mode,
+                    workers=workers, client=client, seed=5, max_steps=steps, partition=kw.pop("partition", "random"),
+                    **kw)
+
+
+@pytest.fixture(scope="module")
+def single_runs():
+    return {opt: small_run("single", 1, None, opt) for opt in ("momentum", "adam")}
+
+
+@pytest.mark.parametrize("mode,workers", [("data", 1), ("data", 2), ("data", 4), ("model", 1), ("model", 2),
+                                          ("model", 4)])
+def test_distributed_gradient_and_ten_steps_match_single_process(client, mode, workers, single_runs):
+    # one SGD step with lr 1: the change is the gradient, which must equal the dense reference
+    x, y = toy_data(60)
+    one = tr.train(random_layers(), (x, y), epochs=1, batch=16, lr=1.0, optimizer="sgd", mode=mode,
+                   workers=workers, client=client, seed=5, max_steps=1, partition="random")
+    start = tr.init_model(random_layers(), C, seed=5)
+    x_tr, y_tr, _, _ = tr.split(x, y, 0.2, 5)
+    idx = tr.schedule(len(y_tr), 16, 1, 5)[0]
+    _, ref = dense_reference(start, np.ascontiguousarray(x_tr[idx].T), y_tr[idx])
+    for before, after, r in zip(start.params, one.model.params, ref):
+        assert rel(before - after, r) < 1e-6
+    # ten momentum steps: the distributed weights equal the single-process ones
+    run = small_run(mode, workers, client)
+    single = single_runs["momentum"]
+    assert run.steps == 10
+    for a, b in zip(run.model.params, single.model.params):
+        assert rel(a, b) < 1e-5
+    assert np.allclose(run.losses, single.losses, rtol=1e-6)
