@@ -358,6 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
     pt.add_argument("--json", action="store_true", help="print one JSON object")
     pt.set_defaults(func=cmd_partition)
 
+    from . import train
+
+    train.add_train_parser(sub)
+    train.add_import_weights_parser(sub)
+
     f = sub.add_parser("infer", help="batch inference on a Dask cluster",
                        description="Run GraphChallenge batch inference. With no --network, a generated 1024 x 120 "
                                    "network and 20,000 images (made once, cached) are used and checked.")

@@ -360,7 +360,7 @@ def infer(
     if dtype not in ("float32", "float64"):
         raise DasknnError(f"--dtype must be float32 or float64, not {dtype}")
     path = str(Path(network).resolve())
-    store = open_store(path)
+    store = open_store(path, check="metadata")  # the workers check every block they read
     in_path = path if inputs is None else str(Path(inputs).resolve())
     batch = open_inputs(in_path)
     if batch.neurons != store.neurons:

@@ -410,14 +410,18 @@ class NetworkStore:
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
 
 
-def open_inputs(path: str | os.PathLike[str]) -> Inputs:
-    """Open the inputs of a store: a network store holding inputs, or an inputs-only store."""
+def open_inputs(path: str | os.PathLike[str], check: str = "metadata") -> Inputs:
+    """Open the inputs of a store: a network store holding inputs, or an inputs-only store.
+
+    Every block read is checked as it is read; ``check="full"`` also reads and checks them all now.
+    """
     path = Path(path)
     root, attrs = _open_root(path, (FORMAT, INPUTS_FORMAT))
     if "inputs" not in root:
         raise DasknnError("the store holds no inputs; give --inputs or import them", path)
     inputs = Inputs(root, int(attrs["neurons"]), path)
-    inputs.rows()  # inputs are small next to the layers: always check them whole
+    if check == "full":
+        inputs.rows()
     return inputs
 
 

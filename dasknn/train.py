@@ -869,3 +869,104 @@ def train(
                        train_loss=float(np.mean(losses[-10:])) if losses else float("nan"),
                        test_accuracy=accuracy(model, xte, y_te), train_accuracy=accuracy(model, xt, y_tr),
                        bytes_sent=bytes_sent, partition=part_name)
+
+
+# --- importing dense weights, and the command line -------------------------------------------------------------
+
+
+def import_weights(model_npz, out, sparsity: float | None = None, *, bias: float = 0.0, overwrite: bool = False) -> Path:
+    """Dense layer weights (an ``.npz``, square arrays, in the order stored) pruned by magnitude to ``sparsity``
+    (the share of zeros; per layer, ties broken by position), or with their zeros kept when ``sparsity`` is
+    None, written as a dasknn store."""
+    from .store import write_network
+
+    try:
+        with np.load(model_npz, allow_pickle=False) as f:
+            arrays = [np.asarray(f[name], dtype=np.float64) for name in f.files]
+    except (OSError, ValueError) as e:
+        raise DasknnError(f"cannot read the weights ({e})", model_npz) from None
+    if not arrays:
+        raise DasknnError("the .npz holds no arrays", model_npz)
+    if sparsity is not None and not 0 <= sparsity < 1:
+        raise DasknnError(f"--sparsity must be in [0, 1), not {sparsity}")
+    layers = []
+    for k, a in enumerate(arrays, start=1):
+        if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape != arrays[0].shape:
+            raise DasknnError(f"array {k} is {a.shape}; the layers must be square and of one size", model_npz)
+        if sparsity is not None:
+            keep = a.size - int(round(sparsity * a.size))
+            order = np.argsort(-np.abs(a), axis=None, kind="stable")[:keep]
+            mask = np.zeros(a.size, dtype=bool)
+            mask[order] = True
+            a = np.where(mask.reshape(a.shape), a, 0.0)
+        layers.append(sp.csc_matrix(a))
+    return write_network(out, Network(layers, bias, source=f"import-weights {Path(model_npz).name}"),
+                         overwrite=overwrite)
+
+
+def add_train_parser(subparsers) -> None:
+    """Add ``dasknn train`` to an argparse subparsers object."""
+    p = subparsers.add_parser("train", help="train a sparse network (fixed pattern) with a dense classifier head")
+    p.add_argument("--network", required=True, metavar="STORE", help="a dasknn store: the fixed sparsity pattern")
+    p.add_argument("--data", default="digits", help="digits (scikit-learn) or an .npz with arrays x and y")
+    p.add_argument("--epochs", type=int, default=5, help="passes over the training set (default 5)")
+    p.add_argument("--batch", type=int, default=64, help="images per step (default 64)")
+    p.add_argument("--lr", type=float, default=1e-3, help="learning rate (default 1e-3)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
+                   help="optimiser; its state is stored for the nonzeros only (default adam)")
+    p.add_argument("--mode", choices=MODES, default="model",
+                   help="single process, data (replicas all-reduce gradient values) or model (partitioned layers; "
+                        "default)")
+    p.add_argument("--partition", default="hypergraph", metavar="METHOD",
+                   help="model mode: partition method or owners .npy (default hypergraph)")
+    p.add_argument("--workers", type=int, default=2, help="replicas or parts (default 2)")
+    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="write a checkpoint every N steps")
+    p.add_argument("--checkpoint", default=None, metavar="STORE", help="the checkpoint (a Zarr group, written atomically)")
+    p.add_argument("--resume", action="store_true", help="continue exactly from --checkpoint")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initialisation, split and shuffling (default 0)")
+    p.add_argument("--bias", type=float, default=0.0, help="the fixed scalar bias of the sparse layers")
+    p.add_argument("--init", choices=("he", "keep"), default="he",
+                   help="he: re-initialise the stored values (He, seeded); keep: train from the stored values")
+    p.set_defaults(func=run_train)
+
+
+def run_train(args) -> int:
+    """``dasknn train``: run, print the figures (JSON with ``--json``), return the exit code."""
+    common = dict(epochs=args.epochs, batch=args.batch, lr=args.lr, optimizer=args.optimizer, mode=args.mode,
+                  partition=args.partition, workers=args.workers, checkpoint_every=args.checkpoint_every,
+                  checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, bias=args.bias, init=args.init)
+    if args.mode != "single" and getattr(args, "scheduler", None):
+        from .cluster import local_client
+
+        with local_client(scheduler=args.scheduler) as c:
+            result = train(args.network, args.data, client=c, **common)
+    else:
+        result = train(args.network, args.data, **common)
+    s = result.summary()
+    if args.json:
+        print(json.dumps(s))
+    else:
+        print(f"{s['steps']} steps in {s['seconds']:.2f} s ({s['mode']}, {s['workers']} workers): "
+              f"train loss {s['train_loss']:.4f}, test accuracy {100 * s['test_accuracy']:.2f} %, "
+              f"state {s['state_bytes']:,} B (dense with mask {s['dense_masked_state_bytes']:,} B), "
+              f"{s['bytes_sent_per_step']:,.0f} B sent per step")
+    return 0
+
+
+def add_import_weights_parser(subparsers) -> None:
+    """Add ``dasknn import-weights`` to an argparse subparsers object."""
+    p = subparsers.add_parser("import-weights", help="dense weights (.npz) pruned by magnitude into a store")
+    p.add_argument("model", metavar="MODEL.npz")
+    p.add_argument("--sparsity", type=float, default=None, help="share of zeros; default: keep the zeros given")
+    p.add_argument("--out", required=True, metavar="STORE")
+    p.add_argument("--bias", type=float, default=0.0)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=run_import_weights)
+
+
+def run_import_weights(args) -> int:
+    path = import_weights(args.model, args.out, args.sparsity, bias=args.bias, overwrite=args.overwrite)
+    print(path)
+    return 0

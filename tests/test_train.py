@@ -127,3 +127,84 @@ def test_distributed_gradient_and_ten_steps_match_single_process(client, mode, w
     for a, b in zip(run.model.params, single.model.params):
         assert rel(a, b) < 1e-5
     assert np.allclose(run.losses, single.losses, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["single", "model"])
+def test_checkpoint_resume_is_exact(client, tmp_path, mode):
+    ck = tmp_path / "ck.zarr"
+    whole = small_run(mode, 2, client, "adam", steps=8)
+    part = small_run(mode, 2, client, "adam", steps=4, checkpoint=ck, checkpoint_every=2)
+    assert part.steps == 4 and tr.load_checkpoint(ck)[0].step == 4
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left behind
+    rest = small_run(mode, 2, client, "adam", steps=8, checkpoint=ck, resume=True)
+    assert rest.steps == 4
+    for a, b in zip(rest.model.params + rest.model.slots[1], whole.model.params + whole.model.slots[1]):
+        assert np.array_equal(a, b)
+    assert rest.losses == whole.losses[4:]
+
+
+def test_import_weights_prunes_by_magnitude(tmp_path):
+    from dasknn.store import open_store
+
+    rng = np.random.default_rng(0)
+    ws = [rng.standard_normal((20, 20)) for _ in range(2)]
+    np.savez(tmp_path / "m.npz", a=ws[0], b=ws[1])
+    out = tr.import_weights(tmp_path / "m.npz", tmp_path / "s.zarr", 0.9)
+    s = open_store(out)
+    assert s.depth == 2 and s.neurons == 20
+    for k, w in enumerate(ws, start=1):
+        layer = s.layer(k)
+        assert layer.nnz == 40
+        kept = np.abs(layer.toarray()[layer.toarray() != 0])
+        assert kept.min() >= np.sort(np.abs(w).ravel())[-40]
+    m = tr.init_model(s.network().layers, 3, init="keep")
+    assert np.array_equal(m.layer(1).toarray(), s.layer(1).toarray().astype(np.float64))
+    ws[0][ws[0] < 0] = 0
+    np.savez(tmp_path / "z.npz", ws[0])
+    assert open_store(tr.import_weights(tmp_path / "z.npz", tmp_path / "z.zarr")).layer(1).nnz == (ws[0] != 0).sum()
+
+
+def test_cli_parsers(tmp_path, capsys):
+    import argparse
+    import json
+
+    from dasknn import store
+
+    x, y = toy_data(60)
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    store.write_network(tmp_path / "n.zarr", __import__("dasknn").network.Network(random_layers(), 0.0))
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="command")
+    tr.add_train_parser(sub)
+    tr.add_import_weights_parser(sub)
+    args = p.parse_args(["train", "--network", str(tmp_path / "n.zarr"), "--data", str(tmp_path / "d.npz"),
+                         "--epochs", "2", "--batch", "16", "--mode", "single", "--json"])
+    assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("steps", "seconds", "train_loss", "test_accuracy", "state_bytes", "dense_masked_state_bytes",
+                "bytes_sent_per_step"):
+        assert key in out
+    assert out["steps"] == 6
+    args = p.parse_args(["import-weights", "m.npz", "--sparsity", "0.5", "--out", "o.zarr"])
+    assert args.sparsity == 0.5 and args.func is tr.run_import_weights
+
+
+def test_user_errors():
+    from dasknn.errors import DasknnError
+
+    with pytest.raises(DasknnError, match="optimizer"):
+        tr.init_model(random_layers(), C, optimizer="lbfgs")
+    with pytest.raises(DasknnError, match="pixels"):
+        tr.train(random_layers(), (np.zeros((10, 3)), np.zeros(10)), mode="single")
+    with pytest.raises(DasknnError, match="checkpoint"):
+        tr.train(random_layers(), toy_data(), mode="single", resume=True)
+
+
+def test_digits_learn_in_data_mode(client):
+    pytest.importorskip("sklearn")
+    from dasknn import generate
+
+    r = tr.train(generate.network(1024, 4, seed=0), "digits", epochs=3, batch=64, lr=1e-3, optimizer="adam",
+                 mode="data", workers=2, client=client, seed=0)
+    assert r.test_accuracy >= 0.95
+    assert r.bytes_sent_per_step > 0
