@@ -8,7 +8,7 @@ computes; its arrays are exactly what the Zarr store holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np

@@ -168,7 +168,7 @@ class StoreWriter:
                 shutil.rmtree(self._tmp, ignore_errors=True)
                 raise DasknnError(f"store not written: layer {missing[0]} was never given", self.path)
             self.root.attrs["dasknn"] = self._attrs(complete=True)
-            _replace(self._tmp, self.path)
+            replace_atomically(self._tmp, self.path)
         else:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
@@ -437,13 +437,13 @@ def write_inputs_store(path: str | os.PathLike[str], images: sp.spmatrix, truth:
         write_inputs(root, images, truth, images.shape[1])
         root.attrs["dasknn"] = {"format": INPUTS_FORMAT, "version": VERSION, "neurons": int(images.shape[1]),
                                 "images": int(images.shape[0]), "source": source, "complete": True}
-        _replace(tmp, path)
+        replace_atomically(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
 
 
-def _replace(tmp: Path, path: Path) -> None:
+def replace_atomically(tmp: Path, path: Path) -> None:
     """Move a finished store into place, replacing what was there only after the new one is whole."""
     if path.exists():
         trash = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")

@@ -44,7 +44,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -347,13 +346,9 @@ def save_checkpoint(path, model: Model, extra: dict | None = None) -> Path:
     root.attrs["dasknn-train"] = {"step": model.step, "neurons": model.neurons, "classes": model.classes,
                                   "bias": model.bias, "ymax": None if math.isinf(model.ymax) else model.ymax,
                                   "optimizer": model.optimizer, "depth": model.depth, **(extra or {})}
-    if path.exists():
-        trash = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(path, trash)
-        os.replace(tmp, path)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, path)
+    from .store import replace_atomically
+
+    replace_atomically(tmp, path)
     return path
 
 
