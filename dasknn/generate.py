@@ -100,22 +100,30 @@ def images(count: int, neurons: int, seed: int = 0, strokes: int = 2, width: int
     p0 = rng.uniform(0.1, 0.9, size=(count, strokes, 2))
     p1 = rng.uniform(0.1, 0.9, size=(count, strokes, 2))
     t = np.linspace(0.0, 1.0, samples)
-    pts = p0[..., None, :] + (p1 - p0)[..., None, :] * t[:, None]  # (count, strokes, samples, 2)
     scale = max(1, round(width * rows_ / 32))
-    r = np.clip((pts[..., 0] * rows_).astype(np.int64), 0, rows_ - 1)
-    c = np.clip((pts[..., 1] * cols_).astype(np.int64), 0, cols_ - 1)
-    img = np.repeat(np.arange(count), strokes * samples).reshape(r.shape)
-    rr, cc, ii = [], [], []
-    for dr in range(scale):
-        for dc in range(scale):
-            rr.append(np.minimum(r + dr, rows_ - 1))
-            cc.append(np.minimum(c + dc, cols_ - 1))
-            ii.append(img)
-    pix = (np.concatenate(rr).ravel() * cols_ + np.concatenate(cc).ravel())
-    im = np.concatenate(ii).ravel()
-    pix = relabelling(neurons, seed)[pix]  # the network of the same seed sees its canvas as seed 0's does
-    key = np.unique(im * neurons + pix)
-    m = sp.csr_matrix((np.ones(key.size, dtype=np.float32), (key // neurons, key % neurons)), shape=(count, neurons))
+    perm = relabelling(neurons, seed)  # the network of the same seed sees its canvas as seed 0's does
+    img_parts, pix_parts = [], []
+    batch = max(1, (1 << 24) // neurons)  # a few MB of canvas at a time, whatever the width
+    for i0 in range(0, count, batch):
+        i1 = min(count, i0 + batch)
+        pts = p0[i0:i1, :, None, :] + (p1 - p0)[i0:i1, :, None, :] * t[:, None]  # (b, strokes, samples, 2)
+        r = np.clip((pts[..., 0] * rows_).astype(np.int64), 0, rows_ - 1)
+        c = np.clip((pts[..., 1] * cols_).astype(np.int64), 0, cols_ - 1)
+        canvas = np.zeros((i1 - i0, rows_, cols_), dtype=bool)
+        canvas[np.repeat(np.arange(i1 - i0), r[0].size), r.ravel(), c.ravel()] = True
+        # thicken: every pixel (r + dr, c + dc) for dr, dc < scale, as one separable dilation
+        down = canvas.copy()
+        for d in range(1, scale):
+            down[:, d:, :] |= canvas[:, :-d, :]
+        thick = down.copy()
+        for d in range(1, scale):
+            thick[:, :, d:] |= down[:, :, :-d]
+        im, rr, cc = np.nonzero(thick)
+        img_parts.append(im + i0)
+        pix_parts.append(perm[rr * cols_ + cc])
+    im = np.concatenate(img_parts)
+    pix = np.concatenate(pix_parts)
+    m = sp.csr_matrix((np.ones(im.size, dtype=np.float32), (im, pix)), shape=(count, neurons))
     m.sort_indices()
     return m
 
