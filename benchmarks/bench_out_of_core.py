@@ -62,7 +62,7 @@ def main() -> None:
 
     with local_client(workers=args.workers, memory_limit=args.memory_limit) as client:
         t0 = time.perf_counter()
-        r = engine.infer(path, client=client, images=args.images, resident=False)
+        r = engine.infer(path, client=client, images=args.images, mode="data", resident=False)
         wall = time.perf_counter() - t0
         peaks = client.run(peak_rss)
     limit = parse_bytes(args.memory_limit)
@@ -83,15 +83,15 @@ def main() -> None:
 
     if args.ramdisk:
         with local_client(workers=args.workers, memory_limit=args.memory_limit) as client:
-            t1 = engine.infer(path, client=client, images=args.images, resident=False, keep_layers=1)
+            t1 = engine.infer(path, client=client, images=args.images, mode="data", resident=False, keep_layers=1)
             shm = Path("/dev/shm") / path.name
             shutil.rmtree(shm, ignore_errors=True)
             shutil.copytree(path, shm)
             try:
-                t2 = engine.infer(shm, client=client, images=args.images, resident=False)
+                t2 = engine.infer(shm, client=client, images=args.images, mode="data", resident=False)
             finally:
                 shutil.rmtree(shm, ignore_errors=True)
-            t3 = engine.infer(path, client=client, images=args.images, resident=False)
+            t3 = engine.infer(path, client=client, images=args.images, mode="data", resident=False)
         rows.append(("read-ahead (2 layers) / none (1 layer) / store on RAM disk",
                      f"{t3.seconds:.1f} s / {t1.seconds:.1f} s / {t2.seconds:.1f} s: read-ahead is "
                      f"{t3.seconds / t2.seconds - 1:+.0%} against the RAM disk"))

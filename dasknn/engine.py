@@ -391,7 +391,12 @@ def infer(
     weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
     memory = min((w.get("memory_limit") or psutil.virtual_memory().total / len(workers)) for w in info.values())
     if mode == "auto":
-        group_size = group_size or choose_group_size(weight_bytes, memory, len(workers))
+        if resident is False:
+            group_size = 1  # streaming is data mode
+        elif group_size is None:
+            group_size = choose_group_size(weight_bytes, memory, len(workers))
+            if weight_bytes / group_size > WEIGHTS_SHARE * memory:
+                group_size = 1  # no share fits in memory: every worker streams the layers instead
         mode = "data" if group_size == 1 else "model" if group_size == len(workers) else "hybrid"
     g = _check_mode(mode, len(workers), group_size)
     groups = [workers[i:i + g] for i in range(0, len(workers), g)]
