@@ -244,6 +244,22 @@ def choose_group_size(weight_bytes: int, worker_memory: float, workers: int) -> 
     return workers
 
 
+def choose_mode(weight_bytes: int, worker_memory: float, workers: int, resident: bool | None = None,
+                group_size: int | None = None) -> tuple[str, int]:
+    """What ``--mode auto`` runs, by sizes alone: ``(mode, group size)``.
+
+    Data mode when the whole network fits in a worker (or when streaming is asked for); else the smallest groups
+    whose share of the weights fits (model or hybrid mode); and when no share fits, data mode streaming the layers.
+    """
+    if resident is False:
+        group_size = 1  # streaming is data mode
+    elif group_size is None:
+        group_size = choose_group_size(weight_bytes, worker_memory, workers)
+        if weight_bytes / group_size > WEIGHTS_SHARE * worker_memory:
+            group_size = 1
+    return ("data" if group_size == 1 else "model" if group_size == workers else "hybrid"), group_size
+
+
 def _check_mode(mode: str, workers: int, group_size: int | None) -> int:
     if mode not in MODES:
         raise DasknnError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -391,13 +407,7 @@ def infer(
     weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
     memory = min((w.get("memory_limit") or psutil.virtual_memory().total / len(workers)) for w in info.values())
     if mode == "auto":
-        if resident is False:
-            group_size = 1  # streaming is data mode
-        elif group_size is None:
-            group_size = choose_group_size(weight_bytes, memory, len(workers))
-            if weight_bytes / group_size > WEIGHTS_SHARE * memory:
-                group_size = 1  # no share fits in memory: every worker streams the layers instead
-        mode = "data" if group_size == 1 else "model" if group_size == len(workers) else "hybrid"
+        mode, group_size = choose_mode(weight_bytes, memory, len(workers), resident, group_size)
     g = _check_mode(mode, len(workers), group_size)
     groups = [workers[i:i + g] for i in range(0, len(workers), g)]
     threads = sum(w["nthreads"] for w in info.values())
