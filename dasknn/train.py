@@ -409,10 +409,6 @@ def _last(a: np.ndarray) -> float:
     return float(a[-1])
 
 
-def _bytes_sent(dask_worker) -> int:
-    return int(dask_worker.transfer_outgoing_bytes_total)
-
-
 def _tree_sum(graph, keys: list[str], where: list[str], name: str) -> str:
     """Sum the arrays of ``keys`` (on workers ``where``) by a binary tree of pinned tasks; the root's key."""
     from .engine import _ref
@@ -845,6 +841,8 @@ def train(
             else:
                 owners, part_name = partition_network(layers, workers, str(partition), seed=seed), str(partition)
             runner = _ModelRunner(client, ws, model, build_plan(layers, owners), xt, y_tr)
+        from .engine import _bytes_sent
+
         sent0 = client.run(_bytes_sent)
         t0 = time.perf_counter()
         done = model.step
