@@ -65,7 +65,6 @@ class InferenceResult:
     bytes_read: int = 0
     resident: bool = True
     computed_chunks: list[int] = field(default_factory=list)
-    extra: dict = field(default_factory=dict)
 
     images_computed: int | None = None
 

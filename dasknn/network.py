@@ -9,7 +9,7 @@ computes; its arrays are exactly what the Zarr store holds.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -57,7 +57,6 @@ class Network:
     bias: float
     ymax: float = CHALLENGE_YMAX
     source: str = ""
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.layers:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -537,7 +538,7 @@ class LayerStream:
         self.bytes_read = 0
         self._cache: dict[int, Any] = {}  # layer -> Future of (indptr, indices, data)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dasknn-prefetch")
-        self._lock = __import__("threading").Lock()
+        self._lock = threading.Lock()
 
     def _read(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         w = self.store.layer(k)
