@@ -38,7 +38,8 @@ Methods
     (see BENCHMARKS.md).
 
 Mt-KaHyPar is seeded, but with more than one thread its parallel refinement is not bit-for-bit
-deterministic: two runs may differ slightly in volume (never in validity or balance).
+deterministic: two runs may differ slightly in volume (never in validity or balance). ``preset="deterministic"``
+(Mt-KaHyPar's deterministic preset) gives the same owners on every run, at some cost in time.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ from .errors import DasknnError
 
 #: Methods :func:`partition_network` accepts.
 METHODS: tuple[str, ...] = ("hypergraph", "hypergraph-shared", "hypergraph-layered", "block", "random")
+
+#: Mt-KaHyPar presets :func:`partition_network` accepts (our name: Mt-KaHyPar's ``PresetType``).
+PRESETS: dict[str, str] = {"default": "DEFAULT", "quality": "QUALITY", "deterministic": "DETERMINISTIC"}
 
 #: Above this many cells a dense ``neurons x parts`` marker array is replaced by sorting (memory bound).
 _DENSE_CELLS = 1 << 26
@@ -343,12 +347,12 @@ def _mtk(threads: int | None) -> Any:
         return _MTK
 
 
-def _context(parts: int, eps: float, caps: Sequence[int]) -> Any:
+def _context(parts: int, eps: float, caps: Sequence[int], preset: str = "default") -> Any:
     import mtkahypar
 
     # DEFAULT: on the challenge network QUALITY came out within DEFAULT's run-to-run spread (128.2k against
     # 128.2k-128.7k at K = 16) for ~5 % more time; HIGHEST_QUALITY took twice as long for < 1 %.
-    ctx = _MTK.context_from_preset(mtkahypar.PresetType.DEFAULT)
+    ctx = _MTK.context_from_preset(getattr(mtkahypar.PresetType, PRESETS[preset]))
     ctx.set_partitioning_parameters(parts, eps, mtkahypar.Objective.KM1)
     ctx.logging = False
     # Explicit block capacities make the balance exact (max work <= (1 + eps) * mean) instead of Mt-KaHyPar's
@@ -374,11 +378,12 @@ def _run_mtk(
     caps: Sequence[int],
     seed: int,
     fixed: np.ndarray | None = None,
+    preset: str = "default",
 ) -> np.ndarray:
     """Partition one hypergraph (nets as CSR ``ptr``/``flat``) with Mt-KaHyPar; return the block of every node."""
     import mtkahypar
 
-    ctx = _context(parts, eps, caps)
+    ctx = _context(parts, eps, caps, preset)
     fl = flat.tolist()  # the binding takes lists of lists; slicing one list is far faster than per-net numpy
     p = ptr.tolist()
     nets = [fl[p[e] : p[e + 1]] for e in range(len(p) - 1)]
@@ -417,7 +422,7 @@ def _concat_nets(parts_: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
     return (np.concatenate(flats) if flats else np.zeros(0, np.int64)), np.concatenate(ptrs)
 
 
-def _shared(ws: list[sp.csc_matrix], parts: int, eps: float, seed: int) -> np.ndarray:
+def _shared(ws: list[sp.csc_matrix], parts: int, eps: float, seed: int, preset: str = "default") -> np.ndarray:
     """One owner per neuron index: Mt-KaHyPar over the nets of all layers on ``N`` vertices."""
     n = ws[0].shape[0]
     groups: dict[int, list[np.ndarray]] = {}
@@ -450,7 +455,7 @@ def _shared(ws: list[sp.csc_matrix], parts: int, eps: float, seed: int) -> np.nd
         return _tile_row(_split_by_weight(np.arange(n), work, parts), len(ws))
     node_w = np.maximum(work, 1)  # Mt-KaHyPar misbehaves on zero-weight vertices; an empty column weighs 1
     caps = [_cap(float(node_w.sum()), parts, eps)] * parts
-    row = _run_mtk(n, flat, ptr, np.concatenate(weights), node_w, parts, eps, caps, seed)
+    row = _run_mtk(n, flat, ptr, np.concatenate(weights), node_w, parts, eps, caps, seed, preset=preset)
     return _tile_row(row, len(ws))
 
 
@@ -461,8 +466,9 @@ def _tile_row(row: np.ndarray, layers: int) -> np.ndarray:
 class _Layered:
     """Row-by-row partitioning with neighbouring rows fixed (the ``hypergraph-layered`` machinery)."""
 
-    def __init__(self, ws: list[sp.csc_matrix], parts: int, eps: float, seed: int):
+    def __init__(self, ws: list[sp.csc_matrix], parts: int, eps: float, seed: int, preset: str = "default"):
         self.ws = ws
+        self.preset = preset
         self.csr = [w.tocsr() for w in ws]
         self.n = ws[0].shape[0]
         self.L = len(ws)
@@ -512,7 +518,7 @@ class _Layered:
         cap = _cap(float(free_w.sum()), k, self.eps)
         caps = (cap + fixed_load).tolist()
         node_w = np.concatenate([free_w] + [np.ones(n, dtype=np.int64)] * len(fixed_rows))
-        part = _run_mtk(num, flat, ptr, None, node_w, k, self.eps, caps, self.seed + r, fixed=fixed)
+        part = _run_mtk(num, flat, ptr, None, node_w, k, self.eps, caps, self.seed + r, fixed=fixed, preset=self.preset)
         return part[:n].astype(np.int32)
 
     def forward(self) -> np.ndarray:
@@ -527,7 +533,8 @@ class _Layered:
         flat, ptr = flat[idx], np.concatenate([[0], np.cumsum(sizes[keep])]).astype(np.int64)
         w1 = np.maximum(self.weights[1], 1)
         if len(ptr) > 1:
-            owners[1] = _run_mtk(n, flat, ptr, None, w1, k, self.eps, [_cap(float(w1.sum()), k, self.eps)] * k, self.seed)
+            owners[1] = _run_mtk(n, flat, ptr, None, w1, k, self.eps, [_cap(float(w1.sum()), k, self.eps)] * k, self.seed,
+                                 preset=self.preset)
         else:
             owners[1] = _split_by_weight(np.arange(n), self.weights[1], k)
         owners[0] = self.solve_row(owners, 0, use_prev=False, use_next=True)
@@ -575,8 +582,9 @@ def _rebalance(row: np.ndarray, weights: np.ndarray, parts: int, cap: int) -> np
     return row
 
 
-def _layered(ws: list[sp.csc_matrix], parts: int, eps: float, seed: int, sweeps: int) -> np.ndarray:
-    lay = _Layered(ws, parts, eps, seed)
+def _layered(ws: list[sp.csc_matrix], parts: int, eps: float, seed: int, sweeps: int,
+             preset: str = "default") -> np.ndarray:
+    lay = _Layered(ws, parts, eps, seed, preset)
     owners = lay.forward()
     rows = list(range(lay.L + 1))
     for s in range(sweeps):
@@ -599,6 +607,7 @@ def partition_network(
     seed: int = 0,
     threads: int | None = None,
     sweeps: int | None = None,
+    preset: str = "default",
 ) -> np.ndarray:
     """Assign every neuron of every layer (inputs included) to one of ``parts`` parts.
 
@@ -622,6 +631,9 @@ def partition_network(
     sweeps
         Refinement sweeps after the forward pass of the layered methods (alternately backward and
         forward; each re-partitions every row). Default: 0 for ``hypergraph``, 2 for ``hypergraph-layered``.
+    preset
+        Mt-KaHyPar preset, one of :data:`PRESETS`: ``"default"``, or ``"deterministic"`` (the same owners on
+        every run, whatever the threads: for reproducible figures; slower).
 
     Returns
     -------
@@ -643,6 +655,8 @@ def partition_network(
         raise DasknnError(f"threads must be a positive integer, got {threads!r}")
     if sweeps is not None and (isinstance(sweeps, bool) or not isinstance(sweeps, (int, np.integer)) or sweeps < 0):
         raise DasknnError(f"sweeps must be a non-negative integer, got {sweeps!r}")
+    if preset not in PRESETS:
+        raise DasknnError(f"unknown Mt-KaHyPar preset {preset!r}; choose one of {', '.join(PRESETS)}")
     seed = int(seed)
     if k == 1:
         return np.zeros((len(ws) + 1, n), dtype=np.int32)
@@ -653,12 +667,12 @@ def partition_network(
     else:
         _mtk(threads)
         if method == "hypergraph-shared":
-            owners = _shared(ws, k, eps, seed)
+            owners = _shared(ws, k, eps, seed, preset)
         else:
             # Measured on the challenge network: the forward pass alone beats the shared owner by about a
             # third in volume in less time; each sweep costs about as much as the forward pass for ~0.5 %.
             default_sweeps = 2 if method == "hypergraph-layered" else 0
-            owners = _layered(ws, k, eps, seed, default_sweeps if sweeps is None else int(sweeps))
+            owners = _layered(ws, k, eps, seed, default_sweeps if sweeps is None else int(sweeps), preset)
     return validate_partition(owners, len(ws), n, k)
 
 
