@@ -33,7 +33,7 @@ import numpy as np
 
 from . import kernels
 from .errors import DasknnError
-from .plan import PartLayer, Plan, build_plan, local_block
+from .plan import PartLayer, Plan, build_plan, local_block, received_rows
 from .store import LayerStream, open_inputs, open_results, open_store, read_results, write_chunk_result
 
 MODES = ("auto", "data", "model", "hybrid")
@@ -62,6 +62,9 @@ class InferenceResult:
     plan_volume: list[int] = field(default_factory=list)
     bytes_sent: int = 0
     plan_bytes: int = 0
+    #: per layer: bytes of the boundary messages as dense rows, and as built (measured on the workers)
+    dense_message_bytes: list[int] = field(default_factory=list)
+    message_bytes: list[int] = field(default_factory=list)
     bytes_read: int = 0
     resident: bool = True
     computed_chunks: list[int] = field(default_factory=list)
@@ -86,14 +89,17 @@ def _load_all_layers(path: str, dtype: str, backend: str) -> list[Block]:
             for w in store.iter_layers()]
 
 
-def _load_part_layers(path: str, part: list[PartLayer], dtype: str, backend: str) -> list[tuple[PartLayer, Block]]:
-    # model mode: only this part's columns of each layer, re-indexed into its input space, kept beside the
-    # part's plan so the per-layer tasks carry no arrays of their own
+def _load_part_layers(path: str, part: list[PartLayer], first_rows: int, dtype: str, backend: str
+                      ) -> list[tuple[PartLayer, Block]]:
+    # model mode: only this part's columns of each layer, indexed into the rows it reads (its previous block,
+    # then the received rows), kept beside the part's plan so the per-layer tasks carry no arrays of their own
     store = open_store(path, check="metadata")
     out = []
+    rows = first_rows
     for k, pl in enumerate(part, start=1):
-        block = local_block(store.layer(k), pl)
+        block = local_block(store.layer(k), pl, rows)
         out.append((pl, tuple(kernels.to_device(a, backend) for a in (block[0], block[1], block[2].astype(dtype)))))
+        rows = pl.outputs.size
     return out
 
 
@@ -143,23 +149,40 @@ def _keep(masks: list[np.ndarray]) -> np.ndarray:
     return keep
 
 
+#: Per worker process and run: bytes of the boundary messages built, per layer, as [dense rows, sent].
+_MESSAGES: dict[str, dict[int, list[int]]] = {}
+
+
 def _send(part: list[tuple[PartLayer, Block]], k: int, q: int, block: np.ndarray,
-          masks: list[np.ndarray] | None) -> np.ndarray:
-    # the message: only the rows part q needs in layer k, only for images still alive
-    msg = block[part[k - 1][0].send[q]]
-    return np.ascontiguousarray(msg[:, _keep(masks)]) if masks else msg
+          masks: list[np.ndarray] | None, run: str, compact: bool) -> tuple:
+    # the message: only the rows part q needs in layer k, only for images still alive, in its smallest form
+    rows = part[k - 1][0].send[q]
+    cols = np.flatnonzero(_keep(masks)) if masks else None
+    msg = kernels.pack_rows(block, rows, cols, compact)
+    width = block.shape[1] if cols is None else cols.size
+    tally = _MESSAGES.setdefault(run, {}).setdefault(k, [0, 0])
+    tally[0] += rows.size * width * block.dtype.itemsize
+    tally[1] += kernels.message_bytes(msg)
+    return msg
+
+
+def _message_tally(run: str) -> dict[int, list[int]]:
+    return _MESSAGES.pop(run, {})
 
 
 def _spmm(part: list[tuple[PartLayer, Block]], k: int, block: np.ndarray, masks: list[np.ndarray] | None,
-          bias: float, ymax: float, senders: tuple[int, ...], *messages: np.ndarray) -> np.ndarray:
+          bias: float, ymax: float, senders: tuple[int, ...], *messages: tuple) -> np.ndarray:
     pl, (indptr, indices, data) = part[k - 1]
     if masks:
         block = block[:, _keep(masks)]
-    yt = kernels.empty_like_kind(block, (pl.inputs.size, block.shape[1]))
-    yt[pl.local[0]] = block[pl.local[1]]
+    # the received rows, stacked by sender, are read in place beside the block: nothing else is copied
+    recv = kernels.empty_like_kind(block, (received_rows(pl), block.shape[1]))
+    at = 0
     for p, msg in zip(senders, messages):
-        yt[pl.recv[p]] = msg
-    return kernels.layer_step(yt, indptr, indices, data, bias, ymax)
+        n = pl.recv[p].size
+        kernels.unpack_rows(msg, recv[at:at + n])
+        at += n
+    return kernels.layer_step(block, indptr, indices, data, bias, ymax, extra=recv)
 
 
 def _mask(block: np.ndarray) -> np.ndarray:
@@ -324,6 +347,7 @@ def infer(
     results: str | os.PathLike[str] | None = None,
     resume: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    messages: str = "compact",
 ) -> InferenceResult:
     """Run batch inference of a stored network on stored inputs, on a Dask cluster.
 
@@ -370,6 +394,9 @@ def infer(
         Continue the run that wrote ``results``: chunks already written are read back, not recomputed.
     progress
         Called as ``progress(done, total)`` as chunks finish.
+    messages
+        Model mode: ``"compact"`` boundary messages (a nonzero bitmap and the nonzero values, or one value when
+        they are all equal, whichever is smallest) or ``"dense"`` rows.
     """
     if dtype not in ("float32", "float64"):
         raise DasknnError(f"--dtype must be float32 or float64, not {dtype}")
@@ -385,6 +412,8 @@ def infer(
         raise DasknnError(f"--batch must be between 1 and {batch.images} (the stored images), not {count}")
     if sync_every < 1:
         raise DasknnError("--sync-every must be at least 1")
+    if messages not in ("compact", "dense"):
+        raise DasknnError(f"--messages must be compact or dense, not {messages!r}")
     if backend not in ("cpu", "gpu"):
         raise DasknnError(f"backend must be cpu or gpu, not {backend!r}")
     if client is None:
@@ -394,7 +423,7 @@ def infer(
             return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
                          chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
                          resident=resident, keep_layers=keep_layers, results=results, resume=resume,
-                         progress=progress)
+                         progress=progress, messages=messages)
 
     info = client.scheduler_info(n_workers=-1)["workers"]
     workers = sorted(info)
@@ -442,7 +471,8 @@ def infer(
             if plan is None and resident:
                 weight_keys[w] = load.add(w, f"weights-w{workers.index(w)}", (_load_all_layers, path, dtype, backend))
             elif plan is not None:
-                weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (_load_part_layers, path, plan.part(q), dtype, backend))
+                weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (_load_part_layers, path, plan.part(q),
+                                                                         plan.inputs_owned[q].size, dtype, backend))
     for c in todo:
         a, b = bounds[c]
         members = groups[chunk_group[c]]
@@ -477,7 +507,7 @@ def infer(
                                            depth, segment or depth, store.bias, store.ymax, out))
         else:
             result_keys.append(_model_chunk(graph, c, a, b - a, members, plan, weight_keys, image_keys, loaded,
-                                            depth, sync_every, store.bias, store.ymax, out))
+                                            depth, sync_every, store.bias, store.ymax, out, messages == "compact"))
     read_before = client.run(_stream_bytes)
     sent_before = client.run(_bytes_sent)
     t0 = time.perf_counter()
@@ -490,6 +520,11 @@ def infer(
     seconds = time.perf_counter() - t0
     sent_after = client.run(_bytes_sent)
     bytes_sent = sum(sent_after[w] - sent_before.get(w, 0) for w in sent_after)
+    tallies = client.run(_message_tally, run)
+    per_layer = np.zeros((depth, 2), dtype=np.int64)
+    for tally in tallies.values():
+        for k, (dense, sent) in tally.items():
+            per_layer[k - 1] += (dense, sent)
     read_after = client.run(_stream_bytes)
     bytes_read = sum(read_after[w] - read_before.get(w, 0) for w in read_after)
     itemsize = np.dtype(dtype).itemsize
@@ -517,7 +552,8 @@ def infer(
         categories=cats, images=count, neurons=store.neurons, layers=depth, edges=store.edges, seconds=seconds,
         workers=len(workers), chunks=len(bounds), mode=mode, group_size=g, load_seconds=load_seconds,
         tasks=len(graph), plan_volume=[] if plan is None else plan.volumes().tolist(),
-        bytes_sent=bytes_sent, plan_bytes=plan_bytes, bytes_read=bytes_read, resident=resident,
+        bytes_sent=bytes_sent, plan_bytes=plan_bytes, dense_message_bytes=per_layer[:, 0].tolist() if plan else [],
+        message_bytes=per_layer[:, 1].tolist() if plan else [], bytes_read=bytes_read, resident=resident,
         computed_chunks=todo, images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
     )
 
@@ -540,7 +576,8 @@ def _data_chunk(graph: _Graph, c: int, start: int, w: str, weights, images, dept
 
 def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[str], plan: Plan,
                  weight_keys: dict[str, str], image_keys: dict[tuple[int, int], str], loaded: dict,
-                 depth: int, sync_every: int, bias: float, ymax: float, results: tuple | None) -> str:
+                 depth: int, sync_every: int, bias: float, ymax: float, results: tuple | None,
+                 compact: bool) -> str:
     parts = len(members)
     syncs = set(sync_layers(depth, sync_every))
     blocks = [loaded[image_keys[(c, q)]] for q in range(parts)]  # futures, then keys of spmm tasks
@@ -557,7 +594,8 @@ def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[st
         for p in range(parts):
             for q in layer[p].send:
                 sends[(p, q)] = graph.add(members[p], f"send-l{k}-p{p}-to{q}-c{c}",
-                                          (_send, loaded[weight_keys[members[p]]], k, q, ref(blocks[p]), mask_args))
+                                          (_send, loaded[weight_keys[members[p]]], k, q, ref(blocks[p]), mask_args,
+                                           graph.run, compact))
         new_blocks = []
         for q in range(parts):
             senders = tuple(sorted(layer[q].recv))

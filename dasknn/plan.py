@@ -102,9 +102,27 @@ def build_plan(layers: Sequence[sp.spmatrix], owners: np.ndarray) -> Plan:
                 layers=plan_layers)
 
 
-def local_block(w: sp.csc_matrix, pl: PartLayer) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Part of layer ``w`` that ``pl``'s part computes, re-indexed into its input space: CSC raw arrays."""
+def local_block(w: sp.csc_matrix, pl: PartLayer, block_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Part of layer ``w`` that ``pl``'s part computes, as CSC raw arrays indexed into the rows it reads.
+
+    The part reads its previous block in place (``block_rows`` rows: index ``r`` is row ``r`` of that block)
+    followed by the received rows, stacked by sender in ascending order, each sender's rows in its message's
+    order (index ``block_rows + t``). Entries stay in ascending input-neuron order within each column, so sums
+    are formed in the same order as the reference's.
+    """
     cols = sp.csc_matrix(w[:, pl.outputs])
     cols.sort_indices()
-    indices = np.searchsorted(pl.inputs, cols.indices).astype(np.int32)
+    where = np.empty(pl.inputs.size, dtype=np.int64)  # input position -> row read
+    where[pl.local[0]] = pl.local[1]
+    base = block_rows
+    for p in sorted(pl.recv):
+        dst = pl.recv[p]
+        where[dst] = base + np.arange(dst.size)
+        base += dst.size
+    indices = where[np.searchsorted(pl.inputs, cols.indices)].astype(np.int32)
     return cols.indptr.astype(np.int64), indices, cols.data
+
+
+def received_rows(pl: PartLayer) -> int:
+    """Rows that reach the part from others in this layer (the size of its receive buffer)."""
+    return int(sum(v.size for v in pl.recv.values()))

@@ -918,6 +918,7 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--checkpoint", default=None, metavar="STORE", help="the checkpoint (a Zarr group, written atomically)")
     p.add_argument("--resume", action="store_true", help="continue exactly from --checkpoint")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--report", metavar="PATH.html", help="write Dask's performance report of the training to this HTML file")
     p.add_argument("--seed", type=int, default=0, help="seed of the initialisation, split and shuffling (default 0)")
     p.add_argument("--bias", type=float, default=0.0, help="the fixed scalar bias of the sparse layers")
     p.add_argument("--init", choices=("he", "keep"), default="he",
