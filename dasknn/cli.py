@@ -231,9 +231,54 @@ def _as_stores(args: argparse.Namespace) -> Iterator[tuple[Path, Path, np.ndarra
         yield network, inputs, truth, notes
 
 
+@contextlib.contextmanager
+def performance_report(path: str | os.PathLike[str] | None, client) -> Iterator[None]:
+    """Write Dask's performance report (task stream, profiles, bandwidth) of the block to ``path`` (HTML).
+
+    ``None`` records nothing. The report is made by the scheduler of ``client``, so it sees every task run there.
+    """
+    if path is None:
+        yield
+        return
+    check_report(path)
+    from distributed import performance_report as _report
+
+    with client.as_current(), _report(filename=os.fspath(path)):
+        yield
+
+
+def check_report(path: str | os.PathLike[str] | None) -> None:
+    """Fail early (before any cluster starts) where ``--report PATH`` cannot be written."""
+    if path is None:
+        return
+    try:
+        import bokeh  # noqa: F401  the scheduler draws the report with bokeh
+    except ImportError:
+        raise DasknnError("--report needs bokeh: pip install bokeh (or 'dasknn[notebook]')") from None
+    if not os.fspath(path).endswith((".html", ".htm")):
+        raise DasknnError(f"--report writes HTML: give a PATH.html, not {os.fspath(path)}")
+    if not Path(path).resolve().parent.is_dir():
+        raise DasknnError(f"--report: the folder of {os.fspath(path)} does not exist")
+
+
 def cmd_infer(args: argparse.Namespace) -> int:
-    from . import engine, io
     from .cluster import local_client
+
+    if args.resume and not args.results:
+        raise DasknnError("--resume needs --results (the store the earlier run wrote)")
+    check_report(args.report)
+    with local_client(args.workers, args.threads_per_worker, args.scheduler, gpu=args.gpu,
+                      memory_limit=args.memory_limit or "auto") as client:
+        return run_infer(args, client)
+
+
+def run_infer(args: argparse.Namespace, client) -> int:
+    """Run ``dasknn infer`` with parsed ``args`` on an existing ``client``; print the figures, return the exit code.
+
+    The cluster examples (``examples/slurm.py``, ``mpi.py``, ``gpu.py``) build their own cluster and call this with
+    a parser made by :func:`add_infer_arguments`, so they take exactly the options of ``dasknn infer``.
+    """
+    from . import engine, io
 
     if args.resume and not args.results:
         raise DasknnError("--resume needs --results (the store the earlier run wrote)")
@@ -246,8 +291,7 @@ def cmd_infer(args: argparse.Namespace) -> int:
             bar.to(done)
 
         try:
-            with local_client(args.workers, args.threads_per_worker, args.scheduler, gpu=args.gpu,
-                              memory_limit=args.memory_limit or "auto") as client:
+            with performance_report(getattr(args, "report", None), client):
                 result = engine.infer(network, inputs, client, mode=args.mode, partition=args.partition,
                                       group_size=args.group_size, images=args.batch, chunks=args.chunks,
                                       segment=args.segment, sync_every=args.sync_every, dtype=args.dtype,
@@ -287,6 +331,24 @@ def cmd_infer(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    """``dasknn train``, inside Dask's performance report when ``--report`` is given."""
+    from .train import run_train
+
+    if not args.report:
+        return run_train(args)
+    if args.mode == "single":
+        raise DasknnError("--report records Dask tasks: use it with --mode data or model, not single")
+    check_report(args.report)
+    from .cluster import local_client
+
+    # the report is drawn by the scheduler, so training runs on a cluster opened here, whose scheduler we hold
+    with local_client(workers=None if args.scheduler else min(args.workers, os.cpu_count() or 1),
+                      scheduler=args.scheduler) as client, performance_report(args.report, client):
+        args.scheduler = client.scheduler.address
+        return run_train(args)
+
+
 def _emit(args: argparse.Namespace, report: dict, text: str) -> None:
     if args.json:
         print(json.dumps(report))
@@ -295,6 +357,48 @@ def _emit(args: argparse.Namespace, report: dict, text: str) -> None:
 
 
 # --- parser --------------------------------------------------------------------------------------------------
+
+
+def add_infer_arguments(f: argparse.ArgumentParser) -> None:
+    """Add the options of ``dasknn infer`` to ``f`` (also used by the cluster examples in ``examples/``)."""
+    f.add_argument("--network", help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
+    f.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] or a store (default: the network store's inputs)")
+    f.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv (default: the truth stored with the inputs)")
+    f.add_argument("--batch", type=int, help="use only the first BATCH images")
+    f.add_argument("--mode", choices=("auto", "data", "model", "hybrid"), default="auto",
+                   help="data: every worker runs every layer on its images; model: the layers are partitioned "
+                        "over the workers; hybrid: groups of workers split the batch, each group partitions the "
+                        "layers; auto: data when the weights fit in every worker, else the smallest groups whose "
+                        "share fits (default auto)")
+    f.add_argument("--partition", default="hypergraph",
+                   help="model/hybrid: a method (hypergraph, hypergraph-shared, hypergraph-layered, block, random) "
+                        "or an owners .npy file (default hypergraph)")
+    f.add_argument("--group-size", type=int, help="hybrid: workers per group (default 2)")
+    f.add_argument("--chunks", type=int, help="number of image chunks (default: 2 per worker thread)")
+    f.add_argument("--segment", type=int, help="data mode: layers per task (default: all)")
+    f.add_argument("--sync-every", type=int, default=2,
+                   help="model mode: layers between exchanges of alive masks that drop dead images (default 2)")
+    f.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="arithmetic (default float32)")
+    f.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
+    f.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
+    f.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
+    f.add_argument("--stream", dest="resident", action="store_false", default=None,
+                   help="data mode: read the layers from the store as they are needed instead of holding them all "
+                        "(out of core; the default when they take over a quarter of a worker's memory)")
+    f.add_argument("--resident", dest="resident", action="store_true",
+                   help="data mode: hold every layer in every worker (the default when they fit)")
+    f.add_argument("--keep-layers", type=int, default=2,
+                   help="streaming: layers a worker holds at once, the one computing and the one read ahead (2)")
+    f.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB (default: machine memory / workers)")
+    f.add_argument("--results", help="a Zarr results store: each chunk's categories are written as it finishes")
+    f.add_argument("--resume", action="store_true",
+                   help="continue the run that wrote --results: only the chunks not yet written are computed")
+    f.add_argument("--gpu", action="store_true",
+                   help="run on GPUs: a dask-cuda cluster (one worker per GPU) and CuPy kernels")
+    f.add_argument("--out", help="write the categories (1-based image indices) to this file")
+    f.add_argument("--json", action="store_true", help="print one JSON object")
+    f.add_argument("--report", metavar="PATH.html", help="write Dask's performance report (task stream, worker "
+                   "profiles, transfers) of the inference to this HTML file (needs bokeh)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -361,49 +465,34 @@ def build_parser() -> argparse.ArgumentParser:
     from . import train
 
     train.add_train_parser(sub)
+    sub.choices["train"].set_defaults(func=cmd_train)
     train.add_import_weights_parser(sub)
+
+    from . import challenge
+
+    challenge.add_bench_parser(sub)
 
     f = sub.add_parser("infer", help="batch inference on a Dask cluster",
                        description="Run GraphChallenge batch inference. With no --network, a generated 1024 x 120 "
                                    "network and 20,000 images (made once, cached) are used and checked.")
-    f.add_argument("--network", help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
-    f.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] or a store (default: the network store's inputs)")
-    f.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv (default: the truth stored with the inputs)")
-    f.add_argument("--batch", type=int, help="use only the first BATCH images")
-    f.add_argument("--mode", choices=("auto", "data", "model", "hybrid"), default="auto",
-                   help="data: every worker runs every layer on its images; model: the layers are partitioned "
-                        "over the workers; hybrid: groups of workers split the batch, each group partitions the "
-                        "layers; auto: data when the weights fit in every worker, else the smallest groups whose "
-                        "share fits (default auto)")
-    f.add_argument("--partition", default="hypergraph",
-                   help="model/hybrid: a method (hypergraph, hypergraph-shared, hypergraph-layered, block, random) "
-                        "or an owners .npy file (default hypergraph)")
-    f.add_argument("--group-size", type=int, help="hybrid: workers per group (default 2)")
-    f.add_argument("--chunks", type=int, help="number of image chunks (default: 2 per worker thread)")
-    f.add_argument("--segment", type=int, help="data mode: layers per task (default: all)")
-    f.add_argument("--sync-every", type=int, default=2,
-                   help="model mode: layers between exchanges of alive masks that drop dead images (default 2)")
-    f.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="arithmetic (default float32)")
-    f.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
-    f.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
-    f.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
-    f.add_argument("--stream", dest="resident", action="store_false", default=None,
-                   help="data mode: read the layers from the store as they are needed instead of holding them all "
-                        "(out of core; the default when they take over a quarter of a worker's memory)")
-    f.add_argument("--resident", dest="resident", action="store_true",
-                   help="data mode: hold every layer in every worker (the default when they fit)")
-    f.add_argument("--keep-layers", type=int, default=2,
-                   help="streaming: layers a worker holds at once, the one computing and the one read ahead (2)")
-    f.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB (default: machine memory / workers)")
-    f.add_argument("--results", help="a Zarr results store: each chunk's categories are written as it finishes")
-    f.add_argument("--resume", action="store_true",
-                   help="continue the run that wrote --results: only the chunks not yet written are computed")
-    f.add_argument("--gpu", action="store_true",
-                   help="run on GPUs: a dask-cuda cluster (one worker per GPU) and CuPy kernels")
-    f.add_argument("--out", help="write the categories (1-based image indices) to this file")
-    f.add_argument("--json", action="store_true", help="print one JSON object")
+    add_infer_arguments(f)
     f.set_defaults(func=cmd_infer)
     return p
+
+
+def run_guarded(func, *args) -> int:
+    """Call ``func(*args)`` as the command line does: a :class:`DasknnError` is one line on stderr and exit 2.
+
+    For scripts built on :func:`add_infer_arguments` and :func:`run_infer` (see ``examples/``).
+    """
+    try:
+        return int(func(*args) or 0)
+    except DasknnError as e:
+        print(f"dasknn: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("dasknn: interrupted; nothing partial was kept", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def main(argv: Sequence[str] | None = None) -> int:
