@@ -1,0 +1,509 @@
+"""GPU kernels: CPU-side checks everywhere, and ``gpu``-marked checks on a machine with a CUDA device.
+
+Without a GPU the CUDA source cannot run, so its indexing is tested through a Python transcription of each
+thread's work over a small grid (same launch shapes, same loops, same flat offsets), compared bit for bit with
+the Numba kernel; the source itself is compiled with NVRTC where that library is installed (it needs no GPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dasknn import kernels
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def random_layer(n_in: int, n_out: int, seed: int, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A CSC layer with 0 to 9 entries per output (some empty), weights of both signs, some large (clamped)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 10, size=n_out)
+    counts[:2] = (0, 32 if n_in >= 32 else n_in)  # an empty output and a full-width one
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    indices = np.concatenate([np.sort(rng.choice(n_in, size=c, replace=False)) for c in counts]).astype(np.int32)
+    data = rng.normal(0.2, 1.0, size=indices.size).astype(dtype)
+    data[rng.random(data.size) < 0.1] *= 40  # sums beyond ymax
+    return indptr, indices, data
+
+
+def random_activations(n_in: int, nb: int, seed: int, dtype) -> np.ndarray:
+    rng = np.random.default_rng(seed + 1)
+    yt = (rng.random((n_in, nb)) * 3).astype(dtype)
+    yt[rng.random((n_in, nb)) < 0.4] = 0
+    yt[:, ::7] = 0  # dead images stay dead
+    return yt
+
+
+# --- a Python transcription of CUDA_SOURCE -------------------------------------------------------------------
+
+
+def _madd(acc, y, w):
+    # __fadd_rn(acc, __fmul_rn(y, w)): NumPy scalars round each operation to their own precision
+    return acc + y * w
+
+
+def _rule(v, bias, ymax):
+    zero = type(v)(0)
+    if v != zero:
+        v = v + bias
+        v = zero if v < zero else (ymax if v > ymax else v)
+    return v
+
+
+def emulate_gather(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb, grid, block):
+    """step_gather, thread by thread: ``yt``, ``out`` are flat (pointer arithmetic), ``alive`` int32 flags."""
+    TILE, ROWS = kernels.GPU_TILE, kernels.GPU_ROWS
+    T = yt.dtype.type
+    assert block == (TILE, ROWS)
+    for bx in range(grid[0]):
+        for by in range(grid[1]):
+            tile_alive = [None] * TILE  # __shared__
+            tile = by
+            while tile * TILE < nb:
+                for ty in range(block[1]):  # phase 1: threadIdx.y == 0 clears the flags
+                    for tx in range(block[0]):
+                        if ty == 0:
+                            tile_alive[tx] = 0
+                # __syncthreads()
+                for ty in range(block[1]):  # phase 2: every thread computes its (j, b)
+                    for tx in range(block[0]):
+                        j = bx * ROWS + ty
+                        b = tile * TILE + tx
+                        if j < n_out and b < nb:
+                            acc = T(0)
+                            for p in range(indptr[j], indptr[j + 1]):
+                                acc = _madd(acc, yt[int(indices[p]) * nb + b], data[p])
+                            v = _rule(acc, bias, ymax)
+                            out[j * nb + b] = v
+                            if v != T(0):
+                                tile_alive[tx] = 1
+                # __syncthreads()
+                for ty in range(block[1]):  # phase 3: warp 0 publishes the tile's flags
+                    for tx in range(block[0]):
+                        b = tile * TILE + tx
+                        if ty == 0 and b < nb and tile_alive[tx]:
+                            alive[b] = 1
+                tile += grid[1]
+
+
+def emulate_staged(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb, grid, block, shared_bytes):
+    """step_staged, thread by thread, with the dynamic shared memory as a flat array of ``shared_bytes``."""
+    TILE = kernels.GPU_TILE
+    T = yt.dtype.type
+    assert block[0] == TILE and shared_bytes == n_in * TILE * yt.itemsize
+    nthreads = block[0] * block[1]
+    size = n_in * TILE
+    for bx in range(grid[0]):
+        sh = np.full(shared_bytes // yt.itemsize, np.nan, dtype=yt.dtype)  # garbage until written
+        tile_alive = [None] * TILE
+        tile = bx
+        while tile * TILE < nb:
+            b0 = tile * TILE
+            for ty in range(block[1]):  # phase 1: the block copies the tile's inputs, zero past the last image
+                for lane in range(block[0]):
+                    tid = ty * block[0] + lane
+                    for i in range(tid, size, nthreads):
+                        r, c = i // TILE, i % TILE
+                        sh[i] = yt[r * nb + b0 + c] if b0 + c < nb else T(0)
+                    if ty == 0:
+                        tile_alive[lane] = 0
+            # __syncthreads()
+            mine = {}
+            for ty in range(block[1]):  # phase 2: warp ty computes neurons ty, ty + blockDim.y, ...
+                for lane in range(block[0]):
+                    b = b0 + lane
+                    mine[ty, lane] = 0
+                    if b < nb:
+                        for j in range(ty, n_out, block[1]):
+                            acc = T(0)
+                            for p in range(indptr[j], indptr[j + 1]):
+                                acc = _madd(acc, sh[int(indices[p]) * TILE + lane], data[p])
+                            v = _rule(acc, bias, ymax)
+                            out[j * nb + b] = v
+                            mine[ty, lane] |= int(v != T(0))
+                    if mine[ty, lane]:
+                        tile_alive[lane] = 1
+            # __syncthreads()
+            for lane in range(block[0]):  # phase 3
+                b = b0 + lane
+                if b < nb and tile_alive[lane]:
+                    alive[b] = 1
+            # __syncthreads()
+            tile += grid[0]
+
+
+def emulate_step(yt, indptr, indices, data, bias, ymax, variant, max_grid=kernels.GPU_MAX_GRID_Y):
+    """What one launch of :func:`dasknn.kernels._gpu_step` computes, by emulation: ``(out, alive flags)``."""
+    dtype = yt.dtype
+    n_in, nb = yt.shape
+    n_out = indptr.size - 1
+    launch = kernels.gpu_launch(variant, n_in, n_out, nb, dtype.itemsize, max_grid=max_grid)
+    out = np.full(n_out * nb, np.nan, dtype=dtype)  # uninitialised, as cupy.empty
+    alive = np.zeros(nb, dtype=np.int32)
+    args = (yt.ravel(), indptr, indices, data.astype(dtype), dtype.type(bias), dtype.type(ymax), out, alive,
+            n_in, n_out, nb, launch.grid, launch.block)
+    if launch.kernel.startswith("dasknn_gather"):
+        emulate_gather(*args)
+    else:
+        emulate_staged(*args, launch.shared_bytes)
+    return out.reshape(n_out, nb), alive
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("variant,max_grid", [("gather", kernels.GPU_MAX_GRID_Y), ("gather", 2),
+                                              ("staged", kernels.GPU_MAX_GRID_Y), ("staged", 2)])
+def test_emulated_kernel_equals_numba(dtype, variant, max_grid):
+    # 70 images: two full tiles and a partial one; max_grid=2 makes the blocks loop over tiles; 43 outputs is
+    # not a multiple of the rows per block
+    n_in, n_out, nb = 40, 43, 70
+    indptr, indices, data = random_layer(n_in, n_out, seed=3, dtype=dtype)
+    yt = random_activations(n_in, nb, seed=3, dtype=dtype)
+    bias, ymax = -0.3, 4.0
+    want = kernels.layer_step_numpy(yt, indptr, indices, data, bias, ymax)
+    got, alive = emulate_step(yt, indptr, indices, data, bias, ymax, variant, max_grid)
+    np.testing.assert_array_equal(got, want)  # bit for bit, every entry written (no NaN left)
+    np.testing.assert_array_equal(alive.astype(bool), want.any(axis=0))
+    assert want.any() and not want.all(axis=0).all()  # the case exercises both nonzero and dead columns
+    assert (want == ymax).any() and (want == 0).any()
+
+
+@pytest.mark.parametrize("variant", ["gather", "staged"])
+def test_emulated_kernel_odd_shapes(variant):
+    # fewer images than a tile, an odd number of inputs and outputs, the challenge's clamp
+    indptr, indices, data = random_layer(33, 17, seed=5, dtype=np.float32)
+    yt = random_activations(33, 19, seed=5, dtype=np.float32)
+    want = kernels.layer_step_numpy(yt, indptr, indices, data, -0.3, 32.0)
+    got, alive = emulate_step(yt, indptr, indices, data, -0.3, 32.0, variant)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(alive.astype(bool), want.any(axis=0))
+
+
+def test_emulated_run_layers_equals_cpu(slice_paths):
+    # the GPU loop's logic (fused flags, compaction every few layers) over the real slice's first layers
+    from dasknn import io
+
+    net = io.read_network(slice_paths["network"])
+    images = io.read_images(slice_paths["images"])[:45]
+    layers = [(w.indptr.astype(np.int64), w.indices.astype(np.int32), w.data.astype(np.float32))
+              for w in net.layers[:3]]
+    yt0 = kernels.dense_transposed(images, np.float32)
+    want_yt, want_ids = kernels.run_layers(yt0, layers, net.bias, net.ymax, np.arange(45))
+    yt, ids = yt0, np.arange(45)
+    for k, (indptr, indices, data) in enumerate(layers, start=1):
+        yt, flags = emulate_step(yt, indptr, indices, data, net.bias, net.ymax, "gather" if k % 2 else "staged")
+        if k % 2 == 0:
+            keep = np.flatnonzero(flags)
+            yt, ids = np.ascontiguousarray(yt[:, keep]), ids[keep]
+    keep = np.flatnonzero(yt.any(axis=0))
+    np.testing.assert_array_equal(ids[keep], want_ids)
+    np.testing.assert_array_equal(yt[:, keep], want_yt)
+
+
+def _numpy_cupy() -> types.ModuleType:
+    # the few CuPy functions the GPU loop calls, backed by NumPy
+    fake = types.ModuleType("cupy")
+    for name in ("asarray", "zeros", "int32", "ascontiguousarray", "flatnonzero"):
+        setattr(fake, name, getattr(np, name))
+    fake.asnumpy = np.asarray
+    return fake
+
+
+@pytest.mark.parametrize("compact_every", [1, 3, None])
+def test_gpu_loop_logic_with_numpy_standins(monkeypatch, slice_paths, compact_every):
+    # run_layers_gpu's own logic (flags cleared per layer, compaction every few layers and after the last, ids
+    # following the columns) with each launch replaced by the CPU kernel plus the flags the kernel would set
+    from dasknn import io, reference
+
+    launches = []
+
+    def step(yt, indptr, indices, data, bias, ymax, alive, variant="auto"):
+        assert not alive[: yt.shape[1]].any()  # cleared before every launch
+        out = kernels.layer_step_numpy(yt, indptr, indices, data, bias, ymax)
+        alive[np.flatnonzero(out.any(axis=0))] = 1
+        launches.append(yt.shape[1])
+        return out
+
+    monkeypatch.setitem(sys.modules, "cupy", _numpy_cupy())
+    monkeypatch.setattr(kernels, "_gpu_step", step)
+    net = io.read_network(slice_paths["network"])
+    images = io.read_images(slice_paths["images"])[:300]
+    layers = [(w.indptr, w.indices, w.data) for w in net.layers]
+    yt = kernels.dense_transposed(images, np.float32)
+    got_yt, got_ids = kernels.run_layers_gpu(yt, layers, net.bias, net.ymax, np.arange(300), compact_every)
+    want_yt, want_ids = kernels.run_layers(yt, layers, net.bias, net.ymax, np.arange(300))
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_array_equal(got_yt, want_yt)
+    np.testing.assert_array_equal(got_ids, reference.infer_categories(net.layers, images, net.bias, net.ymax))
+    every = kernels.GPU_COMPACT_EVERY if compact_every is None else compact_every
+    # the batch narrows only right after a compaction layer
+    for k in range(1, len(launches)):
+        if k % every:
+            assert launches[k] == launches[k - 1]
+    assert launches[-1] < 300
+
+
+# --- launch shapes and the source ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_in,n_out,nb,itemsize", [(1024, 1024, 60000, 4), (1024, 1024, 60000, 8),
+                                                    (65536, 65536, 60000, 4), (4096, 700, 1, 4),
+                                                    (16, 3, 3_000_000, 8)])
+def test_launch_covers_every_output_and_image(n_in, n_out, nb, itemsize):
+    for variant in ("auto", "gather"):
+        launch = kernels.gpu_launch(variant, n_in, n_out, nb, itemsize)
+        tile = kernels.GPU_TILE
+        assert launch.block[0] == tile and launch.block[0] * launch.block[1] <= 1024
+        assert launch.grid[1] <= kernels.GPU_MAX_GRID_Y
+        if launch.kernel.startswith("dasknn_staged"):
+            # every tile is reached by block x, x + gridDim.x, ...; every output by some warp
+            assert launch.shared_bytes == n_in * tile * itemsize <= kernels.GPU_STAGED_MAX_BYTES
+            assert launch.grid[0] * tile >= min(nb, launch.grid[0] * tile) and launch.grid[0] >= 1
+        else:
+            assert launch.shared_bytes == 0
+            assert launch.grid[0] * launch.block[1] >= n_out
+            tiles = -(-nb // tile)
+            assert launch.grid[1] == min(tiles, kernels.GPU_MAX_GRID_Y)
+        assert launch.kernel.endswith({4: "f32", 8: "f64"}[itemsize])
+    auto = kernels.gpu_launch("auto", n_in, n_out, nb, itemsize)
+    assert auto.kernel.startswith("dasknn_staged") == (n_in * kernels.GPU_TILE * itemsize
+                                                       <= kernels.GPU_STAGED_MAX_BYTES)
+
+
+def test_launch_rejects_bad_requests():
+    with pytest.raises(ValueError, match="variant"):
+        kernels.gpu_launch("fast", 8, 8, 8, 4)
+    with pytest.raises(ValueError, match="shared memory"):
+        kernels.gpu_launch("staged", 65536, 8, 8, 4)
+
+
+def test_source_names_the_launched_kernels():
+    code = kernels.cuda_code()
+    assert f"#define TILE {kernels.GPU_TILE}\n" in code and f"#define ROWS {kernels.GPU_ROWS}\n" in code
+    for itemsize in (4, 8):
+        for variant in ("gather", "staged"):
+            name = kernels.gpu_launch(variant, 8, 8, 8, itemsize).kernel
+            assert f"DASKNN_KERNEL({name}," in code
+    assert code.count("{") == code.count("}") and code.count("(") == code.count(")")
+
+
+def test_transcription_follows_the_source():
+    # the index expressions the emulation transcribes, as they stand in the source: a change to the kernel's
+    # indexing fails here until the transcription above is changed to match (and re-checked against Numba)
+    code = " ".join(kernels.CUDA_SOURCE.split())
+    for fragment in [
+        "const long long j = (long long)blockIdx.x * ROWS + threadIdx.y;",
+        "for (long long tile = blockIdx.y; tile * TILE < nb; tile += gridDim.y) {",
+        "const long long b = tile * TILE + threadIdx.x;",
+        "acc = madd(acc, __ldg(yt + (long long)__ldg(indices + p) * nb + b), __ldg(data + p));",
+        "out[j * nb + b] = v;",
+        "if (threadIdx.y == 0 && b < nb && tile_alive[threadIdx.x]) alive[b] = 1;",
+        "for (long long tile = blockIdx.x; tile * TILE < nb; tile += gridDim.x) {",
+        "for (int i = tid; i < size; i += nthreads) {",
+        "const int r = i / TILE, c = i % TILE;",
+        "sh[i] = b0 + c < nb ? yt[(long long)r * nb + b0 + c] : T(0);",
+        "for (long long j = threadIdx.y; j < n_out; j += blockDim.y) {",
+        "acc = madd(acc, sh[__ldg(indices + p) * TILE + lane], __ldg(data + p));",
+        "return __fadd_rn(acc, __fmul_rn(y, w));",
+        "v = v < T(0) ? T(0) : (v > ymax ? ymax : v);",
+    ]:
+        assert fragment in code, fragment
+
+
+def _nvrtc() -> ctypes.CDLL | None:
+    # NVRTC compiles CUDA C++ to PTX without a GPU: from the nvidia-cuda-nvrtc wheel, or the system's library
+    candidates = []
+    try:
+        import nvidia.cuda_nvrtc
+
+        for d in nvidia.cuda_nvrtc.__path__:
+            candidates += sorted(glob.glob(os.path.join(d, "lib", "libnvrtc.so*")))
+    except ImportError:
+        pass
+    candidates += ["libnvrtc.so"]
+    for c in candidates:
+        try:
+            return ctypes.CDLL(c)
+        except OSError:
+            continue
+    return None
+
+
+def test_cuda_source_compiles_with_nvrtc():
+    lib = _nvrtc()
+    if lib is None:
+        pytest.skip("no NVRTC: pip install nvidia-cuda-nvrtc-cu12 to compile the CUDA source without a GPU")
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), kernels.cuda_code().encode(), b"dasknn.cu", 0, None, None) == 0
+    opts = [b"--std=c++14", b"--gpu-architecture=compute_80"]
+    rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+    size = ctypes.c_size_t()
+    lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+    log = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetProgramLog(prog, log)
+    assert rc == 0, log.value.decode()
+    assert "warning" not in log.value.decode().lower()
+    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    ptx = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetPTX(prog, ptx)
+    text = ptx.value.decode()
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    for itemsize in (4, 8):
+        for variant in ("gather", "staged"):
+            assert f".entry {kernels.gpu_launch(variant, 8, 8, 8, itemsize).kernel}(" in text
+    # no fused multiply-add: each product is rounded before it is added, as on the CPU (bit-for-bit results)
+    assert "fma." not in text and "mul.rn.f32" in text and "add.rn.f32" in text
+
+
+# --- dispatch and lazy CuPy ----------------------------------------------------------------------------------
+
+
+def test_dispatcher_picks_gpu_kernels_for_a_cupy_like_type(monkeypatch):
+    # a stand-in module named cupy whose ndarray reports module "cupy", as CuPy's does: the lazy registration
+    # runs on first sight and registers the GPU kernels for it; real CuPy is never imported
+    fake = types.ModuleType("cupy")
+
+    class ndarray:  # noqa: N801 - CuPy's name
+        pass
+
+    ndarray.__module__ = "cupy"
+    fake.ndarray = ndarray
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    for d in (kernels.layer_step, kernels.run_layers_device):
+        monkeypatch.setattr(d, "_impls", dict(d._impls))
+        monkeypatch.setattr(d, "_lazy", dict(d._lazy))
+    assert kernels.layer_step.dispatch(ndarray) is kernels.layer_step_gpu
+    assert kernels.run_layers_device.dispatch(ndarray) is kernels.run_layers_gpu
+    assert kernels.layer_step.dispatch(np.ndarray) is kernels.layer_step_numpy
+
+    class Other:
+        pass
+
+    with pytest.raises(TypeError, match="no layer_step kernel"):
+        kernels.layer_step.dispatch(Other)
+
+
+def test_run_layers_sends_device_arrays_to_the_device_loop(monkeypatch):
+    class Device:
+        pass
+
+    calls = []
+    monkeypatch.setattr(kernels.run_layers_device, "_impls", {Device: lambda *a: calls.append(a) or ("yt", "ids")})
+    assert kernels.run_layers(Device(), [], -0.3, 32.0, np.arange(3)) == ("yt", "ids")
+    assert calls and calls[0][5] is None  # the device loop picks its own compaction interval
+
+
+def test_importing_dasknn_does_not_import_cupy(tmp_path):
+    # a cupy on the path that records being imported: the check can fail here, without a real CuPy. (Not
+    # dasknn.engine: it imports zarr, whose GPU buffers import CuPy when it is installed.)
+    (tmp_path / "cupy").mkdir()
+    (tmp_path / "cupy" / "__init__.py").write_text("IMPORTED = True\n")
+    code = textwrap.dedent("""
+        import sys
+        import dasknn, dasknn.kernels, dasknn.cli
+        assert "cupy" not in sys.modules, "cupy was imported"
+        import cupy
+        assert cupy.IMPORTED  # the stand-in is the cupy this interpreter would import
+        print("ok")
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_gpu_tests_skip_only_for_want_of_a_device(request):
+    from conftest import gpu_count
+
+    gpu_items = [i for i in request.session.items if i.get_closest_marker("gpu")]
+    if not gpu_items:
+        pytest.skip("the gpu tests were deselected")
+    for item in gpu_items:
+        skip = item.get_closest_marker("skip")
+        if gpu_count() > 0:
+            assert skip is None
+        else:
+            assert skip is not None and skip.kwargs.get("reason", "").startswith("no GPU")
+
+
+# --- on a GPU ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("variant", ["gather", "staged", "auto"])
+def test_gpu_kernel_equals_numba(dtype, variant):
+    import cupy
+
+    n_in, n_out, nb = 256, 300, 1000
+    indptr, indices, data = random_layer(n_in, n_out, seed=7, dtype=dtype)
+    yt = random_activations(n_in, nb, seed=7, dtype=dtype)
+    want = kernels.layer_step_numpy(yt, indptr, indices, data, -0.3, 4.0)
+    alive = cupy.zeros(nb, dtype=cupy.int32)
+    got = kernels._gpu_step(cupy.asarray(yt), cupy.asarray(indptr), cupy.asarray(indices), cupy.asarray(data),
+                            -0.3, 4.0, alive, variant)
+    np.testing.assert_array_equal(cupy.asnumpy(got), want)  # bit for bit: same order, no FMA
+    np.testing.assert_array_equal(cupy.asnumpy(alive).astype(bool), want.any(axis=0))
+    via_dispatch = kernels.layer_step(cupy.asarray(yt), indptr, indices, data, -0.3, 4.0)
+    np.testing.assert_array_equal(cupy.asnumpy(via_dispatch), want)
+    cus = kernels.layer_step_cusparse(cupy.asarray(yt), cupy.asarray(indptr), cupy.asarray(indices),
+                                      cupy.asarray(data), -0.3, 4.0)
+    np.testing.assert_allclose(cupy.asnumpy(cus), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_kernel_loops_over_tiles_beyond_the_grid(monkeypatch):
+    import cupy
+
+    monkeypatch.setattr(kernels, "GPU_MAX_GRID_Y", 3)  # 16 tiles of images, 3 blocks along them
+    indptr, indices, data = random_layer(64, 50, seed=9, dtype=np.float32)
+    yt = random_activations(64, 500, seed=9, dtype=np.float32)
+    want = kernels.layer_step_numpy(yt, indptr, indices, data, -0.3, 32.0)
+    for variant in ("gather", "staged"):
+        got = kernels.layer_step_gpu(cupy.asarray(yt), indptr, indices, data, -0.3, 32.0, variant=variant)
+        np.testing.assert_array_equal(cupy.asnumpy(got), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("compact_every", [1, 3, None])
+def test_gpu_run_layers_on_the_slice(slice_paths, slice_truth, dtype, compact_every):
+    import cupy
+
+    from dasknn import io, reference
+
+    net = io.read_network(slice_paths["network"])
+    images = io.read_images(slice_paths["images"])
+    layers = [(w.indptr, w.indices, w.data.astype(dtype)) for w in net.layers]
+    yt = kernels.dense_transposed(images, np.dtype(dtype))
+    want_yt, want_ids = kernels.run_layers(yt, layers, net.bias, net.ymax, np.arange(yt.shape[1]))
+    dev_layers = [tuple(cupy.asarray(a) for a in layer) for layer in layers]
+    got_yt, got_ids = kernels.run_layers(cupy.asarray(yt), dev_layers, net.bias, net.ymax,
+                                         np.arange(yt.shape[1]), compact_every)
+    assert isinstance(got_ids, np.ndarray)
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_array_equal(cupy.asnumpy(got_yt), want_yt)
+    ref = reference.infer_categories(net.layers, images, net.bias, net.ymax, np.dtype(dtype))
+    np.testing.assert_array_equal(got_ids, ref)
+    if dtype == "float64":
+        np.testing.assert_array_equal(got_ids, slice_truth)
+
+
+@pytest.mark.gpu
+def test_gpu_engine_on_the_slice_store(slice_store, slice_truth, client):
+    from dasknn import engine
+
+    r = engine.infer(slice_store, client=client, mode="data", dtype="float64", backend="gpu")
+    np.testing.assert_array_equal(r.categories, slice_truth)
+    r32 = engine.infer(slice_store, client=client, mode="data", dtype="float32", backend="gpu")
+    cpu = engine.infer(slice_store, client=client, mode="data", dtype="float32", backend="cpu")
+    np.testing.assert_array_equal(r32.categories, cpu.categories)
