@@ -46,6 +46,7 @@ import math
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,7 +59,9 @@ from .errors import DasknnError
 from .network import Network, as_csc_layer
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
-MODES = ("single", "data", "model")
+MODES = ("single", "data", "model", "hybrid")
+#: Times a run rebuilds itself after losing a worker before it gives up.
+MAX_RESTARTS = 3
 MOMENTUM = 0.9
 ADAM = (0.9, 0.999, 1e-8)
 #: Optimiser state arrays per parameter.
@@ -564,8 +567,58 @@ def _m_update(state: dict, lr: float, head, lossres, *backs) -> dict:
     return {**state, "params": params, "slots": slots, "step": step}
 
 
+def _m_grads(state: dict, head, lossres, *backs) -> np.ndarray:
+    # hybrid mode: this part's gradient values as one flat array, for the all-reduce between groups
+    grads = [b[0] for b in backs] + [head[1]]
+    grads.append(lossres[0].sum(axis=1) if state["part"] == 0 else state["params"][-1][:0])
+    return _flat(grads)
+
+
+def _m_apply(state: dict, lr: float, total: np.ndarray) -> dict:
+    step = state["step"] + 1
+    params, slots = apply_update(state["optimizer"], state["params"], _unflat(total, state["params"]),
+                                 state["slots"], lr, step)
+    return {**state, "params": params, "slots": slots, "step": step}
+
+
 def _item(t, i):
     return t[i]
+
+
+# --- losing a worker --------------------------------------------------------------------------------------------
+
+
+class _WorkersLost(Exception):
+    """A worker the run's tasks are pinned to has left the cluster."""
+
+
+def _watch(client, futures: list, workers: set[str], poll: float = 0.5) -> None:
+    """Wait until ``futures`` are done; raise :class:`_WorkersLost` as soon as one of ``workers`` has left.
+
+    Tasks pinned to a worker that has gone wait for it forever (a nanny restarts a killed worker at a new
+    address), and the values held only there are lost, so the run must be rebuilt on the workers there are."""
+    from distributed import wait
+
+    while True:
+        try:
+            wait(futures, timeout=poll)
+            return
+        except TimeoutError:
+            pass
+        if not workers <= set(client.nthreads()):
+            raise _WorkersLost(", ".join(sorted(workers - set(client.nthreads()))))
+
+
+def _worker_lost(client, workers: set[str], error: Exception) -> bool:
+    """Whether ``error`` comes from losing a worker (rather than from a fault a retry would repeat)."""
+    from distributed import KilledWorker
+
+    if isinstance(error, (_WorkersLost, KilledWorker)):
+        return True
+    try:
+        return not workers <= set(client.nthreads())
+    except Exception:  # the scheduler itself is unreachable: nothing to recover onto
+        return False
 
 
 # --- the driver -------------------------------------------------------------------------------------------------
@@ -586,6 +639,8 @@ class TrainResult:
     train_accuracy: float
     bytes_sent: int = 0
     partition: str = ""
+    restarts: int = 0
+    group_size: int = 0
 
     @property
     def bytes_sent_per_step(self) -> float:
@@ -599,7 +654,8 @@ class TrainResult:
                 "train_loss": self.train_loss, "train_accuracy": self.train_accuracy,
                 "test_accuracy": self.test_accuracy, "state_bytes": self.model.state_bytes(),
                 "dense_masked_state_bytes": self.model.dense_masked_state_bytes(),
-                "bytes_sent_per_step": self.bytes_sent_per_step, "optimizer": self.model.optimizer}
+                "bytes_sent_per_step": self.bytes_sent_per_step, "optimizer": self.model.optimizer,
+                "group_size": self.group_size, "restarts": self.restarts}
 
 
 def _layers_of(network) -> tuple[list[sp.csc_matrix], str | None]:
@@ -637,6 +693,7 @@ class _DataRunner:
             cur = [graph.add(w, f"model-s{s}-r{i}", (_d_update, cur[i] if s == first else _ref(cur[i]), _ref(root), lr))
                    for i, w in enumerate(self.workers)]
         futures = graph.submit(self.client, cur + loss_keys)
+        _watch(self.client, futures, set(self.workers))
         losses = self.client.gather(futures[r:])
         self.replicas = futures[:r]
         return losses
@@ -644,79 +701,118 @@ class _DataRunner:
     def model(self) -> Model:
         return self.replicas[0].result()
 
+    def cancel(self) -> None:
+        self.client.cancel(list(self.replicas) + list(self.x.values()) + list(self.y.values()))
+
 
 class _ModelRunner:
-    def __init__(self, client, workers, model, plan, xt, labels):
-        self.client, self.workers, self.plan, self.template = client, workers, plan, model
+    """Model mode (one group of parts) and hybrid mode (several groups, each a model-mode copy of the partitioned
+    model on its share of the batch, the gradient values of corresponding parts all-reduced between groups)."""
+
+    def __init__(self, client, groups: list[list[str]], model, plan, xt, labels):
+        self.client, self.groups, self.plan, self.template = client, groups, plan, model
+        self.workers = [w for ws in groups for w in ws]
         states, self.positions = split_model(model, plan)
         # a list of one: scattering a dict would scatter its values one by one
-        self.states = [client.scatter([st], workers=[w], hash=False)[0] for st, w in zip(states, workers)]
-        self.x = [client.scatter(np.ascontiguousarray(xt[plan.inputs_owned[q]]), workers=[w], hash=False)
-                  for q, w in enumerate(workers)]
-        self.y = client.scatter(labels, workers=[workers[0]], hash=False)
+        self.states = [[client.scatter([st], workers=[w], hash=False)[0] for st, w in zip(states, ws)]
+                       for ws in groups]
+        x: dict[tuple[int, str], object] = {}  # one copy of a part's pixels per worker, however many groups use it
+        for ws in groups:
+            for q, w in enumerate(ws):
+                if (q, w) not in x:
+                    x[(q, w)] = client.scatter(np.ascontiguousarray(xt[plan.inputs_owned[q]]), workers=[w],
+                                               hash=False)
+        self.x = [[x[(q, w)] for q, w in enumerate(ws)] for ws in groups]
+        self.y = {w: client.scatter(labels, workers=[w], hash=False) for w in {ws[0] for ws in groups}}
 
     def run(self, steps: list[np.ndarray], lr: float, first: int) -> list[float]:
         from .engine import _Graph, _ref
 
         graph = _Graph(uuid.uuid4().hex[:8])
-        ws, plan, parts, depth = self.workers, self.plan, self.plan.parts, self.template.depth
-        cur = list(self.states)
-
-        def st(q):
-            return cur[q] if isinstance(cur[q], str) is False else _ref(cur[q])
-
+        plan, parts, depth, n_groups = self.plan, self.plan.parts, self.template.depth, len(self.groups)
+        cur = [list(states) for states in self.states]
         loss_keys = []
         for s, idx in enumerate(steps, start=first):
-            blocks = [graph.add(ws[q], f"batch-s{s}-p{q}", (_m_batch, self.x[q], idx)) for q in range(parts)]
-            fwd = [blocks]
-            for k in range(1, depth + 1):
-                layer = plan.layers[k - 1]
-                sends = {(p, q): graph.add(ws[p], f"send-s{s}-l{k}-p{p}-to{q}", (_m_send, st(p), k, q, _ref(fwd[-1][p])))
-                         for p in range(parts) for q in layer[p].send}
-                new = []
+            shards = np.array_split(idx, n_groups)
+            grads = []
+            for a, ws in enumerate(self.groups):
+                def st(q, a=a):
+                    return _ref(cur[a][q]) if isinstance(cur[a][q], str) else cur[a][q]
+
+                t = f"s{s}-g{a}"
+                sid = shards[a]
+                blocks = [graph.add(ws[q], f"batch-{t}-p{q}", (_m_batch, self.x[a][q], sid)) for q in range(parts)]
+                fwd = [blocks]
+                for k in range(1, depth + 1):
+                    layer = plan.layers[k - 1]
+                    sends = {(p, q): graph.add(ws[p], f"send-{t}-l{k}-p{p}-to{q}",
+                                               (_m_send, st(p), k, q, _ref(fwd[-1][p])))
+                             for p in range(parts) for q in layer[p].send}
+                    new = []
+                    for q in range(parts):
+                        senders = tuple(sorted(layer[q].recv))
+                        new.append(graph.add(ws[q], f"fwd-{t}-l{k}-p{q}",
+                                             (_m_fwd, st(q), k, _ref(fwd[-1][q]), senders,
+                                              *(_ref(sends[(p, q)]) for p in senders))))
+                    fwd.append(new)
+                partial = [graph.add(ws[q], f"logits-{t}-p{q}", (_m_partial_logits, st(q), _ref(fwd[-1][q])))
+                           for q in range(parts)]
+                # the loss and its error are scaled by the whole batch, so the groups' gradients add up
+                lossres = graph.add(ws[0], f"loss-{t}", (_m_loss, st(0), self.y[ws[0]], sid, float(idx.size),
+                                                         *(_ref(k) for k in partial)))
+                loss_keys.append(graph.add(ws[0], f"lossv-{t}", (_item, _ref(lossres), 1)))
+                head = [graph.add(ws[q], f"head-{t}-p{q}", (_m_head_back, st(q), _ref(fwd[-1][q]), _ref(lossres)))
+                        for q in range(parts)]
+                g = head
+                backs = [[None] * parts for _ in range(depth)]
+                for k in range(depth, 0, -1):
+                    for q in range(parts):
+                        backs[k - 1][q] = graph.add(ws[q], f"back-{t}-l{k}-p{q}",
+                                                    (_m_back, st(q), k, _ref(fwd[k][q]), _ref(g[q])))
+                    if k == 1:
+                        break
+                    layer = plan.layers[k - 1]
+                    rets = {(q, p): graph.add(ws[q], f"ret-{t}-l{k}-p{q}-to{p}",
+                                              (_m_return, st(q), k, p, _ref(backs[k - 1][q])))
+                            for q in range(parts) for p in layer[q].recv}
+                    g = []
+                    for p in range(parts):
+                        senders = tuple(sorted(layer[p].send))
+                        n_prev = plan.layers[k - 2][p].outputs.size
+                        g.append(graph.add(ws[p], f"gerr-{t}-l{k - 1}-p{p}",
+                                           (_m_gather, st(p), k, n_prev, _ref(backs[k - 1][p]), senders,
+                                            *(_ref(rets[(q, p)]) for q in senders))))
+                pieces = [(_ref(head[q]), _ref(lossres), *(_ref(backs[k][q]) for k in range(depth)))
+                          for q in range(parts)]
+                if n_groups == 1:  # model mode: each part updates from its own gradients, no traffic
+                    cur[a] = [graph.add(ws[q], f"state-{t}-p{q}", (_m_update, st(q), lr, *pieces[q]))
+                              for q in range(parts)]
+                else:
+                    grads.append([graph.add(ws[q], f"grads-{t}-p{q}", (_m_grads, st(q), *pieces[q]))
+                                  for q in range(parts)])
+            if n_groups > 1:
+                # part q of every group holds the same columns: sum their gradient values (values only) by a
+                # tree pinned to those workers, then every copy applies the same step
                 for q in range(parts):
-                    senders = tuple(sorted(layer[q].recv))
-                    new.append(graph.add(ws[q], f"fwd-s{s}-l{k}-p{q}",
-                                         (_m_fwd, st(q), k, _ref(fwd[-1][q]), senders,
-                                          *(_ref(sends[(p, q)]) for p in senders))))
-                fwd.append(new)
-            partial = [graph.add(ws[q], f"logits-s{s}-p{q}", (_m_partial_logits, st(q), _ref(fwd[-1][q])))
-                       for q in range(parts)]
-            lossres = graph.add(ws[0], f"loss-s{s}", (_m_loss, st(0), self.y, idx, float(idx.size),
-                                                      *(_ref(k) for k in partial)))
-            loss_keys.append(graph.add(ws[0], f"lossv-s{s}", (_item, _ref(lossres), 1)))
-            head = [graph.add(ws[q], f"head-s{s}-p{q}", (_m_head_back, st(q), _ref(fwd[-1][q]), _ref(lossres)))
-                    for q in range(parts)]
-            g = head
-            backs = [[None] * parts for _ in range(depth)]
-            for k in range(depth, 0, -1):
-                for q in range(parts):
-                    backs[k - 1][q] = graph.add(ws[q], f"back-s{s}-l{k}-p{q}",
-                                                (_m_back, st(q), k, _ref(fwd[k][q]), _ref(g[q])))
-                if k == 1:
-                    break
-                layer = plan.layers[k - 1]
-                rets = {(q, p): graph.add(ws[q], f"ret-s{s}-l{k}-p{q}-to{p}",
-                                          (_m_return, st(q), k, p, _ref(backs[k - 1][q])))
-                        for q in range(parts) for p in layer[q].recv}
-                g = []
-                for p in range(parts):
-                    senders = tuple(sorted(layer[p].send))
-                    n_prev = plan.layers[k - 2][p].outputs.size
-                    g.append(graph.add(ws[p], f"gerr-s{s}-l{k - 1}-p{p}",
-                                       (_m_gather, st(p), k, n_prev, _ref(backs[k - 1][p]), senders,
-                                        *(_ref(rets[(q, p)]) for q in senders))))
-            cur = [graph.add(ws[q], f"state-s{s}-p{q}",
-                             (_m_update, st(q), lr, _ref(head[q]), _ref(lossres),
-                              *(_ref(backs[k][q]) for k in range(depth))))
-                   for q in range(parts)]
-        futures = graph.submit(self.client, cur + loss_keys)
-        losses = self.client.gather(futures[parts:])
-        self.states = futures[:parts]
-        return losses
+                    root = _tree_sum(graph, [grads[a][q] for a in range(n_groups)],
+                                     [ws[q] for ws in self.groups], f"allreduce-s{s}-p{q}")
+                    for a, ws in enumerate(self.groups):
+                        prev = _ref(cur[a][q]) if isinstance(cur[a][q], str) else cur[a][q]
+                        cur[a][q] = graph.add(ws[q], f"state-s{s}-g{a}-p{q}", (_m_apply, prev, lr, _ref(root)))
+        flat_cur = [k for states in cur for k in states]
+        futures = graph.submit(self.client, flat_cur + loss_keys)
+        _watch(self.client, futures, set(self.workers))
+        values = self.client.gather(futures[len(flat_cur):])
+        self.states = [futures[a * parts:(a + 1) * parts] for a in range(n_groups)]
+        # the groups' losses are shares of one batch's loss: their sum, in group order
+        return [float(sum(values[i:i + n_groups])) for i in range(0, len(values), n_groups)]
 
     def model(self) -> Model:
-        return join_model(self.template, self.client.gather(self.states), self.positions)
+        return join_model(self.template, self.client.gather(self.states[0]), self.positions)
+
+    def cancel(self) -> None:
+        self.client.cancel([f for states in self.states for f in states]
+                           + [f for xs in self.x for f in xs] + list(self.y.values()))
 
 
 def train(
@@ -730,6 +826,7 @@ def train(
     mode: str = "model",
     partition: str | np.ndarray = "hypergraph",
     workers: int = 2,
+    group_size: int | None = None,
     client=None,
     checkpoint_every: int = 0,
     checkpoint: str | os.PathLike[str] | None = None,
@@ -741,6 +838,7 @@ def train(
     max_steps: int | None = None,
     test_share: float = 0.2,
     chunk: int = 50,
+    progress: Callable[[int], None] | None = None,
 ) -> TrainResult:
     """Train a sparse network (fixed pattern) with a dense classifier head; see the module's description.
 
@@ -753,9 +851,13 @@ def train(
         ``"digits"`` (needs 1024 neurons and scikit-learn), an ``.npz`` with ``x`` (images x neurons) and ``y``,
         or a pair ``(x, y)``. A seeded ``test_share`` is held out.
     mode
-        ``"single"`` (this process, no Dask), ``"data"`` or ``"model"``.
+        ``"single"`` (this process, no Dask), ``"data"``, ``"model"`` or ``"hybrid"``.
     workers
-        Replicas (data) or parts (model), mapped round-robin onto the cluster's workers.
+        Replicas (data), parts (model) or groups x parts (hybrid), mapped round-robin onto the cluster's
+        workers.
+    group_size
+        Hybrid mode: parts per group (2 by default where the workers divide evenly); the groups split each
+        batch.
     checkpoint, checkpoint_every, resume
         Save the model (atomically) every ``checkpoint_every`` steps and at the end; with ``resume``, continue
         from the checkpoint: the batches depend only on the seed and the step, so the result is that of an
@@ -764,11 +866,24 @@ def train(
         Stop after this many steps in all (of the ``epochs`` scheduled).
     chunk
         Steps per submitted task graph.
+    progress
+        Called with the number of steps done (in all) after every chunk.
+
+    Notes
+    -----
+    If a worker leaves the cluster during a Dask run (killed, or lost with its node), the run rebuilds itself
+    on the workers there are (waiting up to 30 s for a nanny to restart the lost one) from the last checkpoint
+    written by this run, or from the start without one, at most :data:`MAX_RESTARTS` times: the result is that
+    of an uninterrupted run.
     """
     if mode not in MODES:
         raise DasknnError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
     if epochs < 1 or batch < 1 or workers < 1 or not lr > 0:
         raise DasknnError("--epochs, --batch and --workers must be at least 1 and --lr positive")
+    parts = {"single": 1, "data": 1, "model": workers}.get(mode) or group_size or (
+        2 if workers % 2 == 0 and workers >= 4 else workers)
+    if parts < 1 or workers % parts:
+        raise DasknnError(f"--group-size {parts} must divide the {workers} workers")
     if (checkpoint_every or resume) and checkpoint is None:
         raise DasknnError("--checkpoint-every and --resume need --checkpoint STORE")
     layers, path = _layers_of(network)
@@ -788,7 +903,7 @@ def train(
     todo = plan_steps[model.step:]
     xt = np.ascontiguousarray(x_tr.T)
     losses: list[float] = []
-    bytes_sent = 0
+    bytes_sent = restarts = 0
     part_name = ""
 
     start = model.step
@@ -809,6 +924,8 @@ def train(
                 losses.append(sgd_step(model, np.ascontiguousarray(xt[:, idx]), y_tr[idx], lr))
             if checkpoint_every and model.step % checkpoint_every == 0:
                 save_checkpoint(checkpoint, model, {"seed": seed})
+            if progress is not None:
+                progress(model.step)
         seconds = time.perf_counter() - t0
     else:
         if client is None:
@@ -819,41 +936,80 @@ def train(
                              optimizer=optimizer, mode=mode, partition=partition, workers=workers, client=c,
                              checkpoint_every=checkpoint_every, checkpoint=checkpoint, resume=resume, seed=seed,
                              bias=bias, ymax=ymax, init=init, max_steps=max_steps, test_share=test_share,
-                             chunk=chunk)
-        names = sorted(client.scheduler_info(n_workers=-1)["workers"])
-        if not names:
-            raise DasknnError("the Dask cluster has no workers")
-        ws = [names[i % len(names)] for i in range(workers)]
-        if mode == "data":
-            runner = _DataRunner(client, ws, model, xt, y_tr)
-        else:
+                             chunk=chunk, group_size=group_size, progress=progress)
+        plan = None
+        if mode != "data":
             from .partition import partition_network
             from .plan import build_plan
 
             if isinstance(partition, np.ndarray):
                 owners, part_name = partition, "given"
-            elif workers == 1:
+            elif parts == 1:
                 owners, part_name = np.zeros((len(layers) + 1, neurons), dtype=np.int32), "single"
             elif path is not None:
                 from .engine import resolve_partition
 
-                owners, part_name = resolve_partition(path, partition, workers, seed), str(partition)
+                owners, part_name = resolve_partition(path, partition, parts, seed), str(partition)
             else:
-                owners, part_name = partition_network(layers, workers, str(partition), seed=seed), str(partition)
-            runner = _ModelRunner(client, ws, model, build_plan(layers, owners), xt, y_tr)
+                owners, part_name = partition_network(layers, parts, str(partition), seed=seed), str(partition)
+            plan = build_plan(layers, owners)  # computed once: a restart after a lost worker reuses it
+
+        def start_on_cluster(m: Model):
+            names = sorted(client.nthreads())
+            if not names:
+                raise DasknnError("the Dask cluster has no workers")
+            ws = [names[i % len(names)] for i in range(workers)]
+            if mode == "data":
+                return _DataRunner(client, ws, m, xt, y_tr), len(names)
+            return _ModelRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, plan, xt,
+                                y_tr), len(names)
+
         from .engine import _bytes_sent
 
         sent0 = client.run(_bytes_sent)
         t0 = time.perf_counter()
         done = model.step
-        for a, b in bounds():
-            losses += runner.run(todo[a:b], lr, done + a)
-            if checkpoint_every and (done + b) % checkpoint_every == 0:
-                save_checkpoint(checkpoint, runner.model(), {"seed": seed})
+        chunks = list(bounds())
+        at_chunk = {a: i for i, (a, _) in enumerate(chunks)}
+        runner, n_workers = start_on_cluster(model)
+        saved = False  # whether this run has written a checkpoint to restart from
+        i, final = 0, None
+        while final is None:
+            try:
+                if i < len(chunks):
+                    a, b = chunks[i]
+                    out = runner.run(todo[a:b], lr, done + a)
+                    if checkpoint_every and (done + b) % checkpoint_every == 0:
+                        save_checkpoint(checkpoint, runner.model(), {"seed": seed})
+                        saved = True
+                else:
+                    final = runner.model()
+                    break
+            except Exception as e:
+                if not _worker_lost(client, set(runner.workers), e):
+                    raise
+                restarts += 1
+                if restarts > MAX_RESTARTS:
+                    raise DasknnError(f"workers were lost {restarts} times during training; giving up") from e
+                runner.cancel()
+                try:
+                    client.wait_for_workers(n_workers, timeout=30)  # a nanny restarts a killed worker
+                except TimeoutError:
+                    pass  # carry on with the workers there are
+                back = load_checkpoint(checkpoint)[0] if saved else model
+                losses = losses[:back.step - done]
+                i = at_chunk.get(back.step - done, len(chunks))
+                runner, n_workers = start_on_cluster(back)
+                continue
+            losses += out
+            i += 1
+            if progress is not None:
+                progress(done + b)
         seconds = time.perf_counter() - t0
         sent1 = client.run(_bytes_sent)
+        # a lost worker's counter is lost with it; a restarted one counts from zero
         bytes_sent = sum(sent1[w] - sent0.get(w, 0) for w in sent1)
-        model = runner.model()
+        model = final
     if checkpoint is not None and todo:
         save_checkpoint(checkpoint, model, {"seed": seed})
     xte = np.ascontiguousarray(x_te.T)
@@ -861,7 +1017,8 @@ def train(
                        seconds=seconds, losses=[float(v) for v in losses],
                        train_loss=float(np.mean(losses[-10:])) if losses else float("nan"),
                        test_accuracy=accuracy(model, xte, y_te), train_accuracy=accuracy(model, xt, y_tr),
-                       bytes_sent=bytes_sent, partition=part_name)
+                       bytes_sent=bytes_sent, partition=part_name, restarts=restarts,
+                       group_size=parts if mode == "hybrid" else 0)
 
 
 # --- importing dense weights, and the command line -------------------------------------------------------------

@@ -107,13 +107,14 @@ def single_runs():
     return {opt: small_run("single", 1, None, opt) for opt in ("momentum", "adam")}
 
 
-@pytest.mark.parametrize("mode,workers", [("data", 1), ("data", 2), ("data", 4), ("model", 1), ("model", 2),
-                                          ("model", 4)])
-def test_distributed_gradient_and_ten_steps_match_single_process(client, mode, workers, single_runs):
+@pytest.mark.parametrize("mode,workers,group_size", [("data", 1, None), ("data", 2, None), ("data", 4, None),
+                                                     ("model", 1, None), ("model", 2, None), ("model", 4, None),
+                                                     ("hybrid", 4, 2), ("hybrid", 2, 1)])
+def test_distributed_gradient_and_ten_steps_match_single_process(client, mode, workers, group_size, single_runs):
     # one SGD step with lr 1: the change is the gradient, which must equal the dense reference
     x, y = toy_data(60)
     one = tr.train(random_layers(), (x, y), epochs=1, batch=16, lr=1.0, optimizer="sgd", mode=mode,
-                   workers=workers, client=client, seed=5, max_steps=1, partition="random")
+                   workers=workers, group_size=group_size, client=client, seed=5, max_steps=1, partition="random")
     start = tr.init_model(random_layers(), C, seed=5)
     x_tr, y_tr, _, _ = tr.split(x, y, 0.2, 5)
     idx = tr.schedule(len(y_tr), 16, 1, 5)[0]
@@ -121,12 +122,50 @@ def test_distributed_gradient_and_ten_steps_match_single_process(client, mode, w
     for before, after, r in zip(start.params, one.model.params, ref):
         assert rel(before - after, r) < 1e-6
     # ten momentum steps: the distributed weights equal the single-process ones
-    run = small_run(mode, workers, client)
+    run = small_run(mode, workers, client, group_size=group_size)
     single = single_runs["momentum"]
     assert run.steps == 10
     for a, b in zip(run.model.params, single.model.params):
         assert rel(a, b) < 1e-5
     assert np.allclose(run.losses, single.losses, rtol=1e-6)
+    if mode == "hybrid":
+        assert run.group_size == group_size
+
+
+def test_hybrid_all_reduces_between_groups_only(client):
+    # 2 groups x 1 part on 2 workers: the groups exchange the part's gradient values, and nothing else
+    x, y = toy_data(60)
+    run = small_run("hybrid", 2, client, "sgd", steps=4, group_size=1)
+    values = sum(p.size for p in run.model.params)
+    dense = run.model.depth * N * N + N * C + C
+    # up the tree and back: two messages of the values (plus framing, a few kB) per step, far below dense ones
+    assert 2 * values * 8 <= run.bytes_sent_per_step < min(2 * values * 8 * 1.5, 0.5 * 2 * dense * 8)
+
+
+@pytest.mark.parametrize("mode", ["data", "model"])
+def test_killed_worker_run_resumes_from_checkpoint(client, tmp_path, mode):
+    import os
+    import signal
+
+    whole = small_run(mode, 2, client, "adam", steps=12)
+    pids = client.run(os.getpid)
+    killed = []
+
+    def kill_one(step):
+        # after step 6 (the last checkpoint is at step 4): the next chunk meets a dead worker
+        if step == 6 and not killed:
+            victim = sorted(pids)[len(killed) % len(pids)]
+            os.kill(pids[victim], signal.SIGKILL)
+            killed.append(victim)
+
+    run = small_run(mode, 2, client, "adam", steps=12, checkpoint=tmp_path / "ck.zarr", checkpoint_every=4,
+                    chunk=2, progress=kill_one)
+    assert killed and run.restarts == 1 and run.steps == 12
+    assert killed[0] not in client.nthreads()  # the worker really went (the nanny restarted a new one)
+    for a, b in zip(run.model.params + run.model.slots[1], whole.model.params + whole.model.slots[1]):
+        assert np.array_equal(a, b)
+    assert run.losses == whole.losses
+    assert tr.load_checkpoint(tmp_path / "ck.zarr")[0].step == 12
 
 
 @pytest.mark.parametrize("mode", ["single", "model"])
@@ -198,6 +237,8 @@ def test_user_errors():
         tr.train(random_layers(), (np.zeros((10, 3)), np.zeros(10)), mode="single")
     with pytest.raises(DasknnError, match="checkpoint"):
         tr.train(random_layers(), toy_data(), mode="single", resume=True)
+    with pytest.raises(DasknnError, match="group-size"):
+        tr.train(random_layers(), toy_data(), mode="hybrid", workers=4, group_size=3)
 
 
 def test_digits_learn_in_data_mode(client):
