@@ -53,7 +53,8 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=60000)
     ap.add_argument("--reference-images", type=int, default=None, help="images for the reference (default: same)")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--modes", default="data,model:hypergraph,model:random")
+    ap.add_argument("--modes", default="data,model:hypergraph,model:hypergraph:dense,model:random",
+                    help="comma-separated mode[:partition[:compact|dense]]")
     ap.add_argument("--dtype", default="float32")
     args = ap.parse_args()
     data = Path(args.data)
@@ -83,14 +84,16 @@ def main() -> None:
         with local_client(workers=args.workers) as client:
             threads = sum(w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values())
             for spec in args.modes.split(","):
-                mode, _, part = spec.partition(":")
+                mode, _, rest = spec.partition(":")
+                part, _, messages = rest.partition(":")
                 with get_task_stream(client) as ts:
                     r = engine.infer(store, inputs, client, mode=mode, partition=part or "hypergraph",
-                                     dtype=args.dtype)
+                                     dtype=args.dtype, messages=messages or "compact")
                 split = task_time_split(ts.data, r.seconds, threads)
                 wrong = np.setxor1d(r.categories, truth).size
-                sent = f"{r.bytes_sent / 1e6:.1f} MB (plan {r.plan_bytes / 1e6:.1f})" if r.plan_bytes else "-"
-                rows.append((f"{mode} {part}".strip(), f"{r.chunks} chunks", f"{r.seconds:.2f}",
+                sent = (f"{r.bytes_sent / 1e6:.1f} MB (messages {sum(r.message_bytes) / 1e6:.1f}, as dense rows "
+                        f"{r.plan_bytes / 1e6:.1f})" if r.plan_bytes else "-")
+                rows.append((f"{mode} {part} {messages}".strip(), f"{r.chunks} chunks", f"{r.seconds:.2f}",
                              f"{r.edges_per_second:.3e}", f"{r.edges_per_second / ref_rate:.2f}", str(wrong), sent,
                              f"{r.tasks / r.layers:.2f} / {r.tasks / r.seconds:.0f}",
                              f"{split['compute']:.0%} / {split['transfer']:.0%} / {split['other']:.0%}"))

@@ -297,7 +297,7 @@ def run_infer(args: argparse.Namespace, client) -> int:
                                       segment=args.segment, sync_every=args.sync_every, dtype=args.dtype,
                                       backend="gpu" if args.gpu else "cpu", resident=args.resident,
                                       keep_layers=args.keep_layers, results=args.results, resume=args.resume,
-                                      progress=progress)
+                                      progress=progress, messages=args.messages, explain=args.explain)
         finally:
             bar.close()
     cats = result.categories
@@ -319,8 +319,14 @@ def run_infer(args: argparse.Namespace, client) -> int:
         "bytes_sent": result.bytes_sent, "plan_bytes": result.plan_bytes, "bytes_read": result.bytes_read,
         "streamed": not result.resident, "computed_chunks": len(result.computed_chunks),
         "load_seconds": round(result.load_seconds, 3),
+        "message_bytes": sum(result.message_bytes),
         **notes,
     }
+    if result.predictions:
+        report["predictions"] = result.predictions
+        report["calibration"] = result.calibration
+    if args.explain and not args.json:
+        print(_explain(result.predictions, result.mode, result.group_size, result.seconds), flush=True)
     verdict = "no truth to compare" if mismatched is None else (
         "matches the truth" if mismatched == 0 else f"differs from the truth on {mismatched} images")
     _emit(args, report,
@@ -359,6 +365,17 @@ def _emit(args: argparse.Namespace, report: dict, text: str) -> None:
 # --- parser --------------------------------------------------------------------------------------------------
 
 
+def _explain(predictions: list[dict], mode: str, group_size: int, measured: float) -> str:
+    """The cost model's table: each mode's predicted seconds and their parts, and what ran."""
+    lines = ["mode     group  fits  predicted s  (compute + exchange + tasks + read)"]
+    for p in predictions:
+        ran = p["mode"] == mode and p["group_size"] == group_size
+        lines.append(f"{p['mode']:<8} {p['group_size']:>5}  {'yes' if p['fits'] else 'no ':<4} {p['seconds']:>11.3f}  "
+                     f"({p['compute']:.3f} + {p['exchange']:.3f} + {p['tasks']:.3f} + {p['read']:.3f})"
+                     + (f"  <- ran: measured {measured:.3f} s" if ran else ""))
+    return "\n".join(lines)
+
+
 def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     """Add the options of ``dasknn infer`` to ``f`` (also used by the cluster examples in ``examples/``)."""
     f.add_argument("--network", help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
@@ -368,8 +385,13 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--mode", choices=("auto", "data", "model", "hybrid"), default="auto",
                    help="data: every worker runs every layer on its images; model: the layers are partitioned "
                         "over the workers; hybrid: groups of workers split the batch, each group partitions the "
-                        "layers; auto: data when the weights fit in every worker, else the smallest groups whose "
-                        "share fits (default auto)")
+                        "layers; auto: the one the cost model predicts fastest among those that fit in memory "
+                        "(default auto; see --explain)")
+    f.add_argument("--explain", action="store_true",
+                   help="print the cost model's predicted time of every mode (with --json: in the output)")
+    f.add_argument("--messages", choices=("compact", "dense"), default="compact",
+                   help="model mode: boundary messages as a nonzero bitmap and values, or one value when all are "
+                        "equal, whichever is smallest (compact, default), or as dense rows")
     f.add_argument("--partition", default="hypergraph",
                    help="model/hybrid: a method (hypergraph, hypergraph-shared, hypergraph-layered, block, random) "
                         "or an owners .npy file (default hypergraph)")

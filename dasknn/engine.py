@@ -70,6 +70,9 @@ class InferenceResult:
     computed_chunks: list[int] = field(default_factory=list)
 
     images_computed: int | None = None
+    #: the cost model's predictions (``--mode auto`` or ``explain``) and the rates it used
+    predictions: list[dict] = field(default_factory=list)
+    calibration: dict | None = None
 
     @property
     def edges_per_second(self) -> float:
@@ -257,6 +260,87 @@ def _refs(keys: list[str]):
     return List(*(TaskRef(k) for k in keys))
 
 
+def _noop(x: int) -> int:
+    return x
+
+
+def _make_bytes(nbytes: int) -> np.ndarray:
+    return np.ones(nbytes // 8)
+
+
+def _size(a: np.ndarray) -> int:
+    return int(a.nbytes)
+
+
+def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str, images: int, dtype: str) -> dict:
+    """Rates measured on the cluster: the probe on one worker, task cost, worker-to-worker transfer rate."""
+    from distributed import wait
+
+    figures = client.submit(_probe_task, path, in_path, images, dtype, workers=[workers[0]],
+                            allow_other_workers=False, pure=False).result()
+    # many small tasks at once: the cost of a task on a busy cluster, per thread
+    n = 40 * len(workers)
+    t0 = time.perf_counter()
+    futs = [client.submit(_noop, i, workers=[workers[i % len(workers)]], pure=False) for i in range(n)]
+    wait(futs)
+    figures["task_seconds"] = (time.perf_counter() - t0) * threads / n
+    del futs
+    rate = float("inf")
+    if len(workers) > 1:
+        nbytes = 32 << 20
+        made = client.submit(_make_bytes, nbytes, workers=[workers[0]], pure=False)
+        wait(made)
+        t0 = time.perf_counter()
+        client.submit(_size, made, workers=[workers[1]], allow_other_workers=False, pure=False).result()
+        rate = nbytes / (time.perf_counter() - t0)
+        made.release()
+    figures["transfer_rate"] = rate
+    return figures
+
+
+def _probe_task(path: str, in_path: str, images: int, dtype: str) -> dict:
+    from .cost import probe
+
+    return probe(path, in_path, images, dtype)
+
+
+def _predict(client, workers: list[str], threads: int, store, path: str, in_path: str, images: int, dtype: str,
+             memory: float, weight_bytes: int, partition, chunks: int | None, sync_every: int,
+             resident: bool | None, everything: bool, group_size: int | None):
+    """The cost model's predictions for data mode and every model/hybrid grouping the workers allow.
+
+    Model and hybrid modes do data mode's multiply-adds plus their exchange, so where data mode holds the
+    weights and has a chunk for every thread, the others are predicted (which partitions the network) only
+    when ``everything`` is asked for.
+    """
+    from .cost import Calibration, predict
+
+    cal = Calibration(**_calibrate(client, workers, threads, path, in_path, images, dtype))
+    nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=np.int64)
+    itemsize = np.dtype(dtype).itemsize
+    default_chunks = 2 * threads
+
+    def one(g: int):
+        res = resident if g == 1 else True
+        n_chunks = chunks or (default_chunks if (res if res is not None else
+                                                 weight_bytes <= WEIGHTS_SHARE * memory) else threads)
+        volumes = None
+        if g > 1:
+            owners = resolve_partition(path, partition, g)
+            volumes = build_plan(store.network().layers, owners).volumes()
+        return predict(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
+                       workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
+                       volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE, sync_every=sync_every,
+                       resident=res)
+
+    out = [one(1)]
+    data_suffices = out[0].resident and images >= threads and resident is not False
+    if everything or not data_suffices:
+        sizes = [group_size] if group_size else [g for g in range(2, len(workers) + 1) if len(workers) % g == 0]
+        out.extend(one(g) for g in sizes)
+    return cal, out
+
+
 def choose_group_size(weight_bytes: int, worker_memory: float, workers: int) -> int:
     """The smallest group of workers whose share of the weights fits in :data:`WEIGHTS_SHARE` of a worker's
     memory: 1 (data mode) when the whole network fits, all workers (model mode) when nothing smaller does."""
@@ -348,6 +432,7 @@ def infer(
     resume: bool = False,
     progress: Callable[[int, int], None] | None = None,
     messages: str = "compact",
+    explain: bool = False,
 ) -> InferenceResult:
     """Run batch inference of a stored network on stored inputs, on a Dask cluster.
 
@@ -397,6 +482,9 @@ def infer(
     messages
         Model mode: ``"compact"`` boundary messages (a nonzero bitmap and the nonzero values, or one value when
         they are all equal, whichever is smallest) or ``"dense"`` rows.
+    explain
+        Predict every mode's time with the cost model (:mod:`dasknn.cost`), even where ``mode`` is given; the
+        predictions and the calibration are in the result.
     """
     if dtype not in ("float32", "float64"):
         raise DasknnError(f"--dtype must be float32 or float64, not {dtype}")
@@ -423,7 +511,7 @@ def infer(
             return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
                          chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
                          resident=resident, keep_layers=keep_layers, results=results, resume=resume,
-                         progress=progress, messages=messages)
+                         progress=progress, messages=messages, explain=explain)
 
     info = client.scheduler_info(n_workers=-1)["workers"]
     workers = sorted(info)
@@ -434,11 +522,22 @@ def infer(
     # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
     weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
     memory = min((w.get("memory_limit") or psutil.virtual_memory().total / len(workers)) for w in info.values())
+    threads = sum(w["nthreads"] for w in info.values())
+    predictions: list = []
+    calibration = None
+    if mode == "auto" or explain:
+        calibration, predictions = _predict(client, workers, threads, store, path, in_path, count, dtype, memory,
+                                            weight_bytes, partition, chunks, sync_every, resident, explain,
+                                            group_size if mode == "hybrid" else None)
     if mode == "auto":
-        mode, group_size = choose_mode(weight_bytes, memory, len(workers), resident, group_size)
+        from .cost import cheapest
+
+        best = cheapest(predictions)
+        mode, group_size = best.mode, best.group_size
+        if resident is None and best.group_size == 1:
+            resident = best.resident
     g = _check_mode(mode, len(workers), group_size)
     groups = [workers[i:i + g] for i in range(0, len(workers), g)]
-    threads = sum(w["nthreads"] for w in info.values())
     if resident is None:
         resident = weight_bytes / g <= WEIGHTS_SHARE * memory
     if g > 1 and not resident:
@@ -555,6 +654,8 @@ def infer(
         bytes_sent=bytes_sent, plan_bytes=plan_bytes, dense_message_bytes=per_layer[:, 0].tolist() if plan else [],
         message_bytes=per_layer[:, 1].tolist() if plan else [], bytes_read=bytes_read, resident=resident,
         computed_chunks=todo, images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
+        predictions=[p.as_dict() for p in predictions],
+        calibration=None if calibration is None else calibration.as_dict(),
     )
 
 

@@ -1,0 +1,191 @@
+"""The cost model behind ``--mode auto``: predicted inference time of data, model and hybrid modes.
+
+Every mode does the same multiply-adds (each layer's entries times the images still alive when it runs); they
+differ in what they add to them and in what must fit in memory:
+
+* data mode: each worker holds every layer (or streams them from the store, one read of the network per chunk,
+  overlapped with compute by the read-ahead), one task per chunk and segment;
+* model mode (groups of ``g`` workers, ``g`` = all workers; hybrid: fewer): each worker holds ``1/g`` of the
+  weights, but per layer and chunk packs, moves and unpacks the boundary rows the plan lists, and runs about
+  ``g + sends`` tasks instead of a share of one.
+
+The prediction is a sum of those costs, each a size this module is given times a rate measured on the
+workers (:class:`Calibration`): kernel multiply-adds per second, message entries packed and unpacked per
+second, bytes moved between two workers per second, seconds per task, bytes read from the store per second.
+The sizes come from the store (entries per layer), the plan (boundary entries per layer) and a probe: a sample
+of the batch run through the network on one worker, which gives the fraction of images alive at each layer and
+how small a compact message of their activations is. Nothing here knows Dask; the engine measures and asks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from . import kernels
+from .store import LayerStream, open_inputs, open_store
+
+#: Multiply-adds a probe may spend (the probe runs on one worker before the timed run).
+PROBE_BUDGET = 4e9
+
+
+@dataclass
+class Calibration:
+    """Rates measured on this cluster's workers, and what a sample of the batch does in the network."""
+
+    kernel_rate: float  # multiply-adds per second on one thread, fused kernel, probe-wide batches
+    message_rate: float  # boundary entries packed + unpacked per second on one thread
+    transfer_rate: float  # bytes per second between two workers (serialise, send, receive)
+    task_seconds: float  # scheduler + worker cost of one small task
+    read_rate: float  # decoded bytes per second read from the store by one worker
+    alive: list[float]  # per layer: fraction of the batch's images alive when the layer runs
+    message_factor: list[float]  # per layer: compact message bytes / dense rows bytes
+    probe_layers: int  # layers the probe ran (later ones reuse the last measured figures)
+    probe_images: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Prediction:
+    """Predicted seconds of one mode, and its parts."""
+
+    mode: str
+    group_size: int
+    fits: bool  # whether each worker's share of the weights fits its memory as the mode needs
+    resident: bool
+    seconds: float
+    compute: float
+    exchange: float
+    tasks: float
+    read: float
+
+    def as_dict(self) -> dict:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def probe(path: str, inputs: str, images: int, dtype: str) -> dict:
+    """Run a sample of the batch through the network on this worker (a task): alive fractions, message factors,
+    kernel, packing and store-read rates.
+
+    The sample is the batch's first images, as wide as the kernel's tile so the measured rate is the one the
+    run will see; the probe stops after :data:`PROBE_BUDGET` multiply-adds (later layers are assumed to behave
+    like the last one it ran).
+    """
+    store = open_store(path, check="metadata")
+    width = int(min(images, max(64, kernels.tile_for(store.neurons))))
+    block = open_inputs(inputs).rows(0, width)
+    yt = kernels.dense_transposed(block, np.dtype(dtype))
+    alive, factor = [], []
+    macs = 0.0
+    kernel_s = read_s = message_s = 0.0
+    entries = 0
+    read_bytes = 0
+    stream = LayerStream(path, dtype, keep=1)
+    for k in range(1, store.depth + 1):
+        t0 = time.perf_counter()
+        indptr, indices, data = stream.layer(k)
+        read_s += time.perf_counter() - t0
+        read_bytes += indptr.nbytes + indices.nbytes + data.nbytes
+        keep = kernels.alive(yt) if k > 1 else np.ones(yt.shape[1], dtype=bool)
+        alive.append(float(keep.sum()) / width)
+        yt = yt[:, keep] if not keep.all() else yt
+        if yt.shape[1] == 0:
+            factor.append(0.0)
+            break
+        rows = np.arange(0, yt.shape[0], 2)  # half the neurons: a part's boundary, as far as density goes
+        t0 = time.perf_counter()
+        msg = kernels.pack_rows(yt, rows)
+        kernels.unpack_rows(msg, np.empty((rows.size, yt.shape[1]), dtype=yt.dtype))
+        message_s += time.perf_counter() - t0
+        entries += rows.size * yt.shape[1]
+        factor.append(kernels.message_bytes(msg) / max(1, rows.size * yt.shape[1] * yt.dtype.itemsize))
+        t0 = time.perf_counter()
+        yt = kernels.layer_step(yt, indptr, indices, data, store.bias, store.ymax)
+        kernel_s += time.perf_counter() - t0
+        macs += float(indices.size) * yt.shape[1]
+        if macs >= PROBE_BUDGET:
+            break
+    stream.close()
+    return {"kernel_rate": macs / max(kernel_s, 1e-9), "message_rate": entries / max(message_s, 1e-9),
+            "read_rate": read_bytes / max(read_s, 1e-9), "alive": alive, "message_factor": factor,
+            "probe_layers": len(alive), "probe_images": width}
+
+
+def _per_layer(values: list[float], depth: int) -> np.ndarray:
+    out = np.asarray(values + [values[-1] if values else 1.0] * (depth - len(values)), dtype=float)[:depth]
+    return out
+
+
+def predict(
+    cal: Calibration,
+    *,
+    images: int,
+    layer_nnz: np.ndarray,
+    weight_bytes: float,
+    memory: float,
+    workers: int,
+    threads: int,
+    chunks: int,
+    group_size: int,
+    volumes: np.ndarray | None,
+    itemsize: int,
+    weights_share: float,
+    sync_every: int = 2,
+    resident: bool | None = None,
+) -> Prediction:
+    """Predicted seconds of a run with groups of ``group_size`` workers (1: data mode).
+
+    Parameters
+    ----------
+    layer_nnz
+        Entries of each layer.
+    weight_bytes, memory
+        The whole network's bytes as held in memory; one worker's memory limit.
+    volumes
+        Model and hybrid modes: the plan's boundary entries per image for each layer.
+    weights_share
+        Share of a worker's memory its weights may take (the engine's rule).
+    """
+    depth = layer_nnz.size
+    alive = _per_layer(cal.alive, depth)
+    factor = _per_layer(cal.message_factor, depth)
+    g = group_size
+    share = weight_bytes / g
+    fits = share <= weights_share * memory
+    resident = fits if resident is None else resident
+    per_thread = threads / workers
+    # the same multiply-adds in every mode, spread over the threads that have chunks to run
+    busy_threads = min(threads, chunks * g * per_thread) if g > 1 else min(threads, chunks)
+    macs = images * float(np.dot(alive, layer_nnz))
+    compute = macs / (cal.kernel_rate * busy_threads)
+    exchange = read = 0.0
+    if g == 1:
+        tasks = chunks * 1.0  # one segment task per chunk
+        if not resident:
+            # each chunk reads the whole network once; reads overlap compute, so the slower of the two shows
+            read_total = weight_bytes * chunks / (cal.read_rate * workers)
+            read = max(0.0, read_total - compute)
+    else:
+        vol = np.asarray(volumes, dtype=float)
+        entries = images * float(np.dot(alive, vol))  # boundary entries crossing, all groups together
+        pack = entries / (cal.message_rate * busy_threads)
+        moved = entries * itemsize * float(np.dot(alive * vol, factor) / max(np.dot(alive, vol), 1e-12))
+        exchange = pack + moved / (cal.transfer_rate * workers)
+        sends = float(np.count_nonzero(vol)) / depth * max(1, g * (g - 1)) if vol.size else 0.0
+        tasks = chunks * depth * (g + sends + g / sync_every)
+        if not resident:
+            fits = False  # model mode holds each part's layers (streaming them is data mode's)
+    task_time = tasks * cal.task_seconds / max(1, threads)
+    seconds = compute + exchange + task_time + read
+    mode = "data" if g == 1 else "model" if g == workers else "hybrid"
+    return Prediction(mode=mode, group_size=g, fits=bool(fits or g == 1), resident=bool(resident),
+                      seconds=seconds, compute=compute, exchange=exchange, tasks=task_time, read=read)
+
+
+def cheapest(predictions: list[Prediction]) -> Prediction:
+    """The fastest prediction among those that fit in memory (data mode streaming always fits)."""
+    return min((p for p in predictions if p.fits), key=lambda p: p.seconds)

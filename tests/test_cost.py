@@ -1,0 +1,76 @@
+"""The cost model behind --mode auto: its arithmetic, its choice, and the engine's use of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dasknn import cost, engine
+
+
+def _cal(**over) -> cost.Calibration:
+    base = dict(kernel_rate=1e9, message_rate=1e8, transfer_rate=1e9, task_seconds=1e-3, read_rate=1e8,
+                alive=[1.0, 0.5], message_factor=[1.0, 0.25], probe_layers=2, probe_images=64)
+    base.update(over)
+    return cost.Calibration(**base)
+
+
+def _predict(cal, g, **over):
+    args = dict(images=1000, layer_nnz=np.array([1000, 1000, 1000]), weight_bytes=24_000, memory=1e6, workers=2,
+                threads=2, chunks=4, group_size=g, volumes=np.array([100, 100, 0]) if g > 1 else None, itemsize=4,
+                weights_share=0.25, sync_every=2)
+    args.update(over)
+    return cost.predict(cal, **args)
+
+
+def test_data_mode_is_the_multiply_adds_over_the_threads():
+    p = _predict(_cal(), 1)
+    # layers see 1000, 500, then (as the probe's last layer) 500 images
+    assert p.compute == pytest.approx(1000 * (1000 + 500 + 500) / (1e9 * 2))
+    assert p.exchange == 0 and p.read == 0 and p.fits and p.mode == "data"
+    assert p.seconds == pytest.approx(p.compute + p.tasks)
+
+
+def test_model_mode_adds_its_exchange_and_tasks():
+    d, m = _predict(_cal(), 1), _predict(_cal(), 2)
+    assert m.mode == "model" and m.compute == pytest.approx(d.compute)
+    entries = 1000 * (100 * 1.0 + 100 * 0.5)
+    moved = 1000 * 4 * (100 * 1.0 * 1.0 + 100 * 0.5 * 0.25)
+    assert m.exchange == pytest.approx(entries / (1e8 * 2) + moved / (1e9 * 2))
+    assert m.tasks > d.tasks and m.seconds > d.seconds
+    assert cost.cheapest([d, m]) is d
+
+
+def test_what_does_not_fit_is_not_chosen():
+    # the weights take more than a quarter of a worker: data mode must stream, and pays the reads
+    small = dict(memory=60_000)
+    d, m = _predict(_cal(read_rate=1e3), 1, **small), _predict(_cal(read_rate=1e3), 2, **small)
+    assert not d.resident and d.read > 0 and d.fits
+    assert m.fits  # half the weights fit
+    assert cost.cheapest([d, m]) is m
+    tiny = dict(memory=1_000)
+    d, m = _predict(_cal(), 1, **tiny), _predict(_cal(), 2, **tiny)
+    assert not m.fits and cost.cheapest([d, m]) is d
+
+
+def test_auto_runs_what_the_model_predicts_cheapest(client, slice_store, slice_truth):
+    result = engine.infer(slice_store, client=client, mode="auto", explain=True, dtype="float64")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    modes = {p["mode"]: p for p in result.predictions}
+    assert set(modes) == {"data", "model"}
+    best = min((p for p in result.predictions if p["fits"]), key=lambda p: p["seconds"])
+    assert (result.mode, result.group_size) == (best["mode"], best["group_size"])
+    cal = result.calibration
+    assert cal["kernel_rate"] > 0 and cal["transfer_rate"] > 0 and cal["task_seconds"] > 0
+    assert len(cal["alive"]) == cal["probe_layers"] and 0 < cal["alive"][0] <= 1
+
+
+def test_explain_prints_every_prediction(slice_store, capsys):
+    from dasknn.cli import main
+
+    assert main(["infer", "--network", str(slice_store), "--workers", "2", "--mode", "model", "--explain",
+                 "--batch", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted s" in out and "data" in out and "<- ran: measured" in out
+    ran = [line for line in out.splitlines() if "<- ran" in line]
+    assert len(ran) == 1 and ran[0].startswith("model")
