@@ -34,6 +34,14 @@ Modes on Dask
   loss and sends the (classes x batch) error back. Backward, each part computes the error contributions for all
   the inputs it needed and sends those owned by others back to their owners, who sum them: the forward volume in
   reverse. Weight gradients need no traffic.
+* ``hybrid``: groups of ``group_size`` workers split each batch; each group runs model mode on its share over
+  the same partition. Part ``q`` of every group holds the same columns, so the groups all-reduce each part's
+  gradient values (values only, a tree of tasks pinned to the parts' workers, as in data mode) and every copy
+  applies the same step.
+
+If a worker is lost mid-run, the run is rebuilt on the workers there are from the last checkpoint this run
+wrote (or from its start) and continues: the batches depend only on the seed and the step, so nothing is lost
+but the recomputed steps.
 
 Replicas and parts are mapped round-robin onto the cluster's workers, so ``workers=4`` runs on a 2-worker
 cluster too (two parts per worker).
@@ -1024,19 +1032,44 @@ def train(
 # --- importing dense weights, and the command line -------------------------------------------------------------
 
 
+def _torch_weights(path) -> list[np.ndarray]:
+    """The 2-D tensors of a PyTorch ``state_dict`` file, in order, transposed to the challenge orientation."""
+    try:
+        import torch
+    except ImportError:
+        raise DasknnError("reading a .pt file needs PyTorch (pip install torch); or save the weights as an .npz "
+                          "(numpy.savez)", path) from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise DasknnError(f"cannot read the weights as a PyTorch state_dict ({type(e).__name__})", path) from None
+    if not isinstance(state, dict):
+        raise DasknnError(f"a .pt file must hold a state_dict (a dict of tensors), not a {type(state).__name__}", path)
+    # nn.Linear keeps out x in (y = x @ W.T); a dasknn layer is in x out (Y @ W). 1-D tensors (biases) are
+    # skipped: a dasknn network has one scalar bias (--bias).
+    return [t.detach().to(torch.float64).numpy().T.copy() for t in state.values()
+            if isinstance(t, torch.Tensor) and t.ndim == 2]
+
+
 def import_weights(model_npz, out, sparsity: float | None = None, *, bias: float = 0.0, overwrite: bool = False) -> Path:
-    """Dense layer weights (an ``.npz``, square arrays, in the order stored) pruned by magnitude to ``sparsity``
-    (the share of zeros; per layer, ties broken by position), or with their zeros kept when ``sparsity`` is
-    None, written as a dasknn store."""
+    """Dense layer weights pruned by magnitude to ``sparsity`` (the share of zeros; per layer, ties broken by
+    position), or with their zeros kept when ``sparsity`` is None, written as a dasknn store.
+
+    ``model_npz`` is an ``.npz`` of square arrays in the order stored (challenge orientation, ``Y @ W``), or,
+    where PyTorch is installed, a ``.pt``/``.pth`` ``state_dict`` whose 2-D tensors (``nn.Linear`` weights,
+    ``out x in``, transposed on reading) are the layers in order."""
     from .store import write_network
 
-    try:
-        with np.load(model_npz, allow_pickle=False) as f:
-            arrays = [np.asarray(f[name], dtype=np.float64) for name in f.files]
-    except (OSError, ValueError) as e:
-        raise DasknnError(f"cannot read the weights ({e})", model_npz) from None
+    if Path(model_npz).suffix in (".pt", ".pth"):
+        arrays = _torch_weights(model_npz)
+    else:
+        try:
+            with np.load(model_npz, allow_pickle=False) as f:
+                arrays = [np.asarray(f[name], dtype=np.float64) for name in f.files]
+        except (OSError, ValueError) as e:
+            raise DasknnError(f"cannot read the weights ({e})", model_npz) from None
     if not arrays:
-        raise DasknnError("the .npz holds no arrays", model_npz)
+        raise DasknnError("the file holds no 2-D weight arrays", model_npz)
     if sparsity is not None and not 0 <= sparsity < 1:
         raise DasknnError(f"--sparsity must be in [0, 1), not {sparsity}")
     layers = []
@@ -1065,11 +1098,13 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
                    help="optimiser; its state is stored for the nonzeros only (default adam)")
     p.add_argument("--mode", choices=MODES, default="model",
-                   help="single process, data (replicas all-reduce gradient values) or model (partitioned layers; "
-                        "default)")
+                   help="single process, data (replicas all-reduce gradient values), model (partitioned layers; "
+                        "default) or hybrid (groups split the batch, model mode in each)")
     p.add_argument("--partition", default="hypergraph", metavar="METHOD",
                    help="model mode: partition method or owners .npy (default hypergraph)")
-    p.add_argument("--workers", type=int, default=2, help="replicas or parts (default 2)")
+    p.add_argument("--workers", type=int, default=2, help="replicas, parts, or groups x parts (default 2)")
+    p.add_argument("--group-size", type=int, default=None, metavar="G",
+                   help="hybrid mode: parts per group; the groups split each batch (default 2 where it divides)")
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler")
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="write a checkpoint every N steps")
     p.add_argument("--checkpoint", default=None, metavar="STORE", help="the checkpoint (a Zarr group, written atomically)")
@@ -1086,7 +1121,8 @@ def add_train_parser(subparsers) -> None:
 def run_train(args) -> int:
     """``dasknn train``: run, print the figures (JSON with ``--json``), return the exit code."""
     common = dict(epochs=args.epochs, batch=args.batch, lr=args.lr, optimizer=args.optimizer, mode=args.mode,
-                  partition=args.partition, workers=args.workers, checkpoint_every=args.checkpoint_every,
+                  partition=args.partition, workers=args.workers, group_size=args.group_size,
+                  checkpoint_every=args.checkpoint_every,
                   checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, bias=args.bias, init=args.init)
     if args.mode != "single" and getattr(args, "scheduler", None):
         from .cluster import local_client
@@ -1108,8 +1144,9 @@ def run_train(args) -> int:
 
 def add_import_weights_parser(subparsers) -> None:
     """Add ``dasknn import-weights`` to an argparse subparsers object."""
-    p = subparsers.add_parser("import-weights", help="dense weights (.npz) pruned by magnitude into a store")
-    p.add_argument("model", metavar="MODEL.npz")
+    p = subparsers.add_parser("import-weights", help="dense weights (.npz, or .pt with PyTorch) pruned by magnitude "
+                                                      "into a store")
+    p.add_argument("model", metavar="MODEL.npz|MODEL.pt")
     p.add_argument("--sparsity", type=float, default=None, help="share of zeros; default: keep the zeros given")
     p.add_argument("--out", required=True, metavar="STORE")
     p.add_argument("--bias", type=float, default=0.0)

@@ -203,6 +203,37 @@ def test_import_weights_prunes_by_magnitude(tmp_path):
     assert open_store(tr.import_weights(tmp_path / "z.npz", tmp_path / "z.zarr")).layer(1).nnz == (ws[0] != 0).sum()
 
 
+def test_import_weights_from_pytorch_state_dict(tmp_path):
+    torch = pytest.importorskip("torch")
+    from dasknn.store import open_store
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+    torch.save(net.state_dict(), tmp_path / "m.pt")
+    s = open_store(tr.import_weights(tmp_path / "m.pt", tmp_path / "s.zarr", 0.75))
+    assert s.depth == 2 and s.neurons == 16  # the biases (1-D) are not layers
+    x = torch.rand(5, 16, dtype=torch.float64)
+    for k, lin in enumerate([net[0], net[2]], start=1):
+        w = lin.weight.detach().double()
+        layer = s.layer(k).toarray().astype(np.float64)
+        assert (layer != 0).sum() == 64
+        # nn.Linear computes x @ W.T; the store's layer is in the challenge orientation (x @ layer)
+        keep = torch.from_numpy(layer != 0)
+        assert np.allclose(x.numpy() @ layer, (x @ (w.T * keep)).numpy(), atol=1e-6)
+        assert np.abs(layer[layer != 0]).min() >= np.sort(np.abs(w.numpy()).ravel())[-64] - 1e-7
+
+
+def test_import_weights_pt_without_torch_says_what_to_do(tmp_path, monkeypatch):
+    import sys
+
+    from dasknn.errors import DasknnError
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing it raises ImportError
+    (tmp_path / "m.pt").write_bytes(b"not read")
+    with pytest.raises(DasknnError, match="pip install torch.*npz"):
+        tr.import_weights(tmp_path / "m.pt", tmp_path / "s.zarr", 0.5)
+
+
 def test_cli_parsers(tmp_path, capsys):
     import argparse
     import json
@@ -224,6 +255,8 @@ def test_cli_parsers(tmp_path, capsys):
                 "bytes_sent_per_step"):
         assert key in out
     assert out["steps"] == 6
+    args = p.parse_args(["train", "--network", "n.zarr", "--mode", "hybrid", "--workers", "4", "--group-size", "2"])
+    assert args.mode == "hybrid" and args.group_size == 2
     args = p.parse_args(["import-weights", "m.npz", "--sparsity", "0.5", "--out", "o.zarr"])
     assert args.sparsity == 0.5 and args.func is tr.run_import_weights
 
