@@ -118,3 +118,53 @@ def test_dashboard_task_stream_after_an_inference(slice_store, slice_truth, tmp_
     assert coloured > 0.02, f"the screenshot is blank ({coloured:.2%} coloured): the task stream was not drawn"
     if os.environ.get("DASKNN_DOCS_SCREENSHOT"):
         shutil.copy(tmp_path / "dashboard.png", ROOT / "docs" / "dashboard.png")
+
+
+def test_infer_report_is_written(slice_store, client, tmp_path, capsys):
+    pytest.importorskip("bokeh", reason="bokeh is not installed: the report needs it")
+    from dasknn.cli import main
+
+    report = tmp_path / "infer.html"
+    code = main(["infer", "--network", str(slice_store), "--batch", "200", "--mode", "model", "--partition", "block",
+                 "--scheduler", client.scheduler.address, "--report", str(report), "--json"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["images"] == 200
+    html = report.read_text()
+    assert html.lstrip().lower().startswith("<!doctype html") and "Bokeh" in html
+    for prefix in ("spmm", "send", "images", "weights"):  # the task stream and the prefixes' names
+        assert prefix in html, prefix
+
+
+def test_train_report_is_written(client, tmp_path, capsys):
+    pytest.importorskip("bokeh", reason="bokeh is not installed: the report needs it")
+    import numpy as np
+
+    from dasknn import generate
+    from dasknn.cli import main
+
+    generate.write(tmp_path / "n.zarr", 1024, 2)
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.random((64, 1024)).astype(np.float32), y=rng.integers(0, 4, 64))
+    report = tmp_path / "train.html"
+    code = main(["train", "--network", str(tmp_path / "n.zarr"), "--data", str(tmp_path / "d.npz"), "--epochs", "1",
+                 "--batch", "16", "--mode", "data", "--workers", "2", "--scheduler", client.scheduler.address,
+                 "--report", str(report), "--json"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["steps"] >= 1
+    html = report.read_text()
+    assert "Bokeh" in html and "grad" in html and "allreduce" in html
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["infer", "--report", "r.txt"], "give a PATH.html"),
+    (["infer", "--report", "no/such/dir/r.html"], "does not exist"),
+    (["train", "--network", "n.zarr", "--mode", "single", "--report", "r.html"], "not single"),
+])
+def test_report_errors_are_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    pytest.importorskip("bokeh", reason="bokeh is not installed")
+    from dasknn.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dasknn: error: ") and message in err and err.count("\n") == 1
