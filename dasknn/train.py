@@ -974,12 +974,12 @@ def train(
 
         from .engine import _bytes_sent
 
+        runner, n_workers = start_on_cluster(model)
         sent0 = client.run(_bytes_sent)
         t0 = time.perf_counter()
         done = model.step
         chunks = list(bounds())
         at_chunk = {a: i for i, (a, _) in enumerate(chunks)}
-        runner, n_workers = start_on_cluster(model)
         saved = False  # whether this run has written a checkpoint to restart from
         i, final = 0, None
         while final is None:
@@ -991,6 +991,9 @@ def train(
                         save_checkpoint(checkpoint, runner.model(), {"seed": seed})
                         saved = True
                 else:
+                    # the figures before the model comes back to the client (the gather is counted as sent)
+                    seconds = time.perf_counter() - t0
+                    sent1 = client.run(_bytes_sent)
                     final = runner.model()
                     break
             except Exception as e:
@@ -1013,8 +1016,6 @@ def train(
             i += 1
             if progress is not None:
                 progress(done + b)
-        seconds = time.perf_counter() - t0
-        sent1 = client.run(_bytes_sent)
         # a lost worker's counter is lost with it; a restarted one counts from zero
         bytes_sent = sum(sent1[w] - sent0.get(w, 0) for w in sent1)
         model = final
