@@ -13,6 +13,7 @@ Inside a batch job, ``srun python examples/mpi.py ...`` does the same.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from dasknn.cli import add_infer_arguments, run_guarded, run_infer
@@ -38,12 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     from mpi4py import MPI
 
     workers = MPI.COMM_WORLD.Get_size() - 2
+    logging.getLogger("distributed").setLevel(logging.WARNING)  # every rank would log its start and stop
     # ranks 0 and 2.. serve (scheduler, workers) inside initialize and exit when rank 1's client is done
     initialize(interface=args.interface, nthreads=args.threads_per_worker, memory_limit=args.memory_limit or "auto",
                local_directory=args.local_directory, dashboard_address="127.0.0.1:0")
     with Client() as client:
         client.wait_for_workers(workers)
-        return run_infer(args, client)
+        try:
+            return run_infer(args, client)
+        finally:
+            # workers leave before the scheduler stops (dask-mpi stops it when this rank exits): no lost-connection
+            # tracebacks at the end
+            client.retire_workers(close_workers=True)
 
 
 if __name__ == "__main__":
