@@ -38,6 +38,6 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     assert "matches the truth" in everything and "DIFFERS" not in everything
     for method in ("hypergraph", "block", "random"):
         assert f"{method}:" in everything
-    assert "'steps': 12" in everything  # the training cell ran its 12 steps
+    assert "'steps': 6" in everything  # the training cell ran its 6 steps
     pictures = sum("image/png" in o.get("data", {}) for c in code for o in c.get("outputs", []))
     assert pictures == 3, "volume per layer; time per layer and surviving images; training loss"
