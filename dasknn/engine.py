@@ -73,6 +73,8 @@ class InferenceResult:
     #: the cost model's predictions (``--mode auto`` or ``explain``) and the rates it used
     predictions: list[dict] = field(default_factory=list)
     calibration: dict | None = None
+    #: each loss of workers the run survived: who, chunks kept and re-run, seconds waited for workers
+    recoveries: list[dict] = field(default_factory=list)
 
     @property
     def edges_per_second(self) -> float:
@@ -536,13 +538,8 @@ def infer(
         mode, group_size = best.mode, best.group_size
         if resident is None and best.group_size == 1:
             resident = best.resident
-    g = _check_mode(mode, len(workers), group_size)
-    groups = [workers[i:i + g] for i in range(0, len(workers), g)]
     if resident is None:
-        resident = weight_bytes / g <= WEIGHTS_SHARE * memory
-    if g > 1 and not resident:
-        raise DasknnError("model and hybrid modes hold each part's layers in memory; streaming them is for data "
-                          "mode (--mode data --stream)")
+        resident = weight_bytes / _check_mode(mode, len(workers), group_size) <= WEIGHTS_SHARE * memory
     # streaming reads every layer once per chunk: one chunk per thread reads the least
     bounds = chunk_bounds(count, chunks or (threads if not resident else 2 * threads))
     done: set[int] = set()
@@ -550,21 +547,204 @@ def infer(
         results = str(Path(results).resolve())
         run_desc = {"network": path, "inputs": in_path, "images": count, "dtype": dtype, "chunks": bounds}
         bounds, done = open_results(results, run_desc, resume)
-    run = uuid.uuid4().hex[:8]
-    depth = store.depth
     todo = [c for c in range(len(bounds)) if c not in done]
+    job = _Job(path=path, in_path=in_path, store=store, dtype=dtype, backend=backend, resident=resident,
+               keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
+               results=results, bounds=bounds, partition=partition, progress=progress)
+    _check_memory(store, dtype, resident, keep_layers, _check_mode(mode, len(workers), group_size), memory,
+                  max(b - a for a, b in bounds))
 
+    # a lost worker loses its blocks and the activations it held: the chunks not finished are run again on the
+    # workers there are then (the finished ones are kept), with the partition redone if their number changed
+    passes: list[_Pass] = []
+    recoveries: list[dict] = []
+    finished: dict[int, tuple] = {}
+    remaining = list(todo)
+    while remaining:
+        # after a loss the groups are redone: a hybrid group size the workers left no longer divide is dropped
+        fitting = group_size if group_size and len(workers) % group_size == 0 else None
+        g = _check_mode(mode, len(workers), fitting if passes else group_size)
+        if g > 1 and not resident:
+            raise DasknnError("model and hybrid modes hold each part's layers in memory; streaming them is for "
+                              "data mode (--mode data --stream)")
+        try:
+            one = _execute(client, job, workers, g, remaining)
+            passes.append(one)
+            finished.update(one.chunks)
+            remaining = []
+        except _WorkersLost as lost:
+            passes.append(lost.partial)
+            finished.update(lost.partial.chunks)
+            remaining = [c for c in remaining if c not in finished]
+            if len(recoveries) >= MAX_RECOVERIES:
+                raise DasknnError(f"workers were lost {len(recoveries) + 1} times ({', '.join(lost.lost)}); giving "
+                                  "up: if they ran out of memory, raise --memory-limit, use --stream, more --chunks "
+                                  "or --keep-layers 1; else see the workers' logs") from None
+            t0 = time.perf_counter()
+            workers = _await_workers(client, len(workers))
+            recoveries.append({"lost": lost.lost, "chunks_kept": len(finished), "chunks_rerun": len(remaining),
+                               "waited_seconds": round(time.perf_counter() - t0, 3), "workers_now": len(workers)})
+    last = passes[-1] if passes else None
+    plan = last.plan if last else None
+    ids = [finished[c][0] for c in todo]
+    plan_bytes = sum(p.plan_bytes for p in passes)
+    per_layer = sum((p.per_layer for p in passes), np.zeros((store.depth, 2), dtype=np.int64))
+    if done:
+        ids.extend(read_results(results, done).values())
+    cats = np.sort(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64)
+    g = last.group_size if last else _check_mode(mode, len(workers), group_size)
+    return InferenceResult(
+        categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
+        seconds=sum(p.seconds for p in passes), workers=len(workers), chunks=len(bounds),
+        mode=mode, group_size=g, load_seconds=sum(p.load_seconds for p in passes),
+        tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),
+        bytes_sent=sum(p.bytes_sent for p in passes), plan_bytes=plan_bytes,
+        dense_message_bytes=per_layer[:, 0].tolist() if plan else [],
+        message_bytes=per_layer[:, 1].tolist() if plan else [], bytes_read=sum(p.bytes_read for p in passes),
+        resident=resident, computed_chunks=todo, images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
+        predictions=[p.as_dict() for p in predictions],
+        calibration=None if calibration is None else calibration.as_dict(), recoveries=recoveries,
+    )
+
+
+#: Times an inference re-runs its unfinished chunks after losing workers before it gives up.
+MAX_RECOVERIES = 3
+#: Memory a worker takes before it holds any data: Python, Dask, Zarr, the compiled kernels (measured: a
+#: fresh worker with dasknn loaded uses about 140 MiB).
+WORKER_BASE = 128 << 20
+#: Share of a worker's memory limit at which Dask pauses it: what a run holds, over what the worker already
+#: uses, must stay below it.
+MEMORY_SHARE = 0.8
+
+
+def _check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: float, width: int) -> None:
+    """Refuse, with what to change, a run whose workers cannot hold what they must (instead of Dask pausing,
+    killing and restarting them in a loop)."""
+    item = np.dtype(dtype).itemsize
+    biggest = max(store.layer_nnz(k) for k in range(1, store.depth + 1)) * (item + 4) + (store.neurons + 1) * 8
+    weights = store.edges * (item + 4) / g if resident else biggest * keep_layers
+    activations = 3 * store.neurons * width * item  # input, output and a compacted copy of a chunk
+    need = weights + 2 * biggest + activations  # and a layer being decoded (compressed and decoded copies)
+    if WORKER_BASE + need <= MEMORY_SHARE * memory:
+        return
+    mb = 1 << 20
+    if resident:
+        what = f"{'its share of ' if g > 1 else ''}the weights ({weights / mb:,.0f} MiB)"
+        advice = "use --stream (data mode) or more workers in model mode"
+    else:
+        what = f"{keep_layers} layer(s) of up to {biggest / mb:,.0f} MiB each"
+        advice = "use --keep-layers 1" if keep_layers > 1 else "use model mode over more workers"
+    raise DasknnError(
+        f"a worker's memory limit ({memory / mb:,.0f} MiB) is too small: it must hold {what} and a chunk's "
+        f"activations ({activations / mb:,.0f} MiB) beside the {WORKER_BASE / mb:,.0f} MiB a worker needs to run, "
+        f"over {MEMORY_SHARE:.0%} of the limit; raise --memory-limit to at least "
+        f"{(WORKER_BASE + need) / MEMORY_SHARE / mb:,.0f} MiB, {advice}, or use more --chunks")
+
+
+def _await_workers(client, expected: int, timeout: float = 60.0) -> list[str]:
+    """The workers after a loss: wait (up to ``timeout``) for as many as before (a nanny restarts a killed
+    worker at a new address), then take what there is."""
+    deadline = time.monotonic() + timeout
+    while True:
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        if len(workers) >= expected or (workers and time.monotonic() > deadline):
+            return workers
+        if time.monotonic() > deadline:
+            raise DasknnError("every Dask worker was lost and none came back")
+        time.sleep(0.2)
+
+
+@dataclass
+class _Job:
+    """What every pass of one inference shares."""
+
+    path: str
+    in_path: str
+    store: object
+    dtype: str
+    backend: str
+    resident: bool
+    keep_layers: int
+    segment: int | None
+    sync_every: int
+    compact: bool
+    results: str | None
+    bounds: list[tuple[int, int]]
+    partition: object
+    progress: Callable[[int, int], None] | None
+
+
+@dataclass
+class _Pass:
+    """One pass over some chunks on one set of workers."""
+
+    chunks: dict[int, tuple] = field(default_factory=dict)  # chunk -> (image ids, alive per sync round)
+    plan: Plan | None = None
+    group_size: int = 1
+    load_seconds: float = 0.0
+    seconds: float = 0.0
+    tasks: int = 0
+    bytes_sent: int = 0
+    bytes_read: int = 0
+    plan_bytes: int = 0
+    per_layer: np.ndarray | None = None
+
+
+class _WorkersLost(Exception):
+    def __init__(self, lost: list[str], partial: _Pass):
+        super().__init__(f"lost workers {lost}")
+        self.lost = lost
+        self.partial = partial
+
+
+def _watch(client, futures: list, workers: list[str], on_done: Callable) -> None:
+    """Wait for ``futures``, calling ``on_done(future)`` as each finishes; raise :class:`_WorkersLost` as soon
+    as one of ``workers`` leaves the cluster (tasks pinned to it would wait for it for ever)."""
+    from distributed import wait
+    from distributed.scheduler import KilledWorker
+
+    pending = set(futures)
+    while pending:
+        try:
+            done, pending = wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            done = set()
+        for fut in done:
+            if fut.status == "error":
+                exc = fut.exception()
+                if isinstance(exc, KilledWorker):
+                    raise _WorkersLost([str(getattr(exc, "last_worker", "?"))], _Pass())
+                fut.result()  # re-raise the worker's error (a DasknnError names the store and layer)
+            on_done(fut)
+        if pending:
+            now = set(client.nthreads())
+            gone = [w for w in workers if w not in now]
+            if gone:
+                for fut in pending:
+                    fut.cancel()
+                raise _WorkersLost(gone, _Pass())
+
+
+def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> _Pass:
+    """Load and run chunks ``todo`` on ``workers`` in groups of ``g``; raise :class:`_WorkersLost` with the chunks
+    that finished if a worker leaves."""
+    store, path, dtype, backend, resident = job.store, job.path, job.dtype, job.backend, job.resident
+    bounds, depth = job.bounds, store.depth
+    groups = [workers[i:i + g] for i in range(0, len(workers), g)]
+    run = uuid.uuid4().hex[:8]
+    out = _Pass(group_size=g, per_layer=np.zeros((depth, 2), dtype=np.int64))
     plan = None
     if g > 1:
-        owners = resolve_partition(path, partition, g)
+        owners = resolve_partition(path, job.partition, g)
         plan = build_plan(store.network().layers, owners)
+    out.plan = plan
 
     # phase 1, untimed: weights and inputs into the workers' memory
     t0 = time.perf_counter()
     load = _Graph(run)
     weight_keys: dict[str, str] = {}
     image_keys: dict[tuple[int, int], str] = {}
-    chunk_group = [c % len(groups) for c in range(len(bounds))]
+    chunk_group = {c: i % len(groups) for i, c in enumerate(todo)}
     for gi, members in enumerate(groups):
         for q, w in enumerate(members):
             if plan is None and resident:
@@ -572,91 +752,80 @@ def infer(
             elif plan is not None:
                 weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (_load_part_layers, path, plan.part(q),
                                                                          plan.inputs_owned[q].size, dtype, backend))
-    for c in todo:
+    for i, c in enumerate(todo):
         a, b = bounds[c]
         members = groups[chunk_group[c]]
         if plan is None:
-            w = members[(c // len(groups)) % len(members)]
-            image_keys[(c, 0)] = load.add(w, f"images-c{c}", (_load_images, in_path, a, b, None, dtype, backend))
+            w = members[(i // len(groups)) % len(members)]
+            image_keys[(c, 0)] = load.add(w, f"images-c{c}", (_load_images, job.in_path, a, b, None, dtype, backend))
         else:
             for q, w in enumerate(members):
-                image_keys[(c, q)] = load.add(w, f"images-p{q}-c{c}",
-                                              (_load_images, in_path, a, b, plan.inputs_owned[q], dtype, backend))
-    loaded = dict(zip(list(weight_keys.values()) + list(image_keys.values()),
-                      load.submit(client, list(weight_keys.values()) + list(image_keys.values()))))
-    from distributed import as_completed, wait
-
-    wait(list(loaded.values()))
-    for f in loaded.values():
-        if f.status == "error":
-            f.result()  # re-raise the worker's error (a DasknnError names the store and layer)
-    load_seconds = time.perf_counter() - t0
+                image_keys[(c, q)] = load.add(w, f"images-p{q}-c{c}", (_load_images, job.in_path, a, b,
+                                                                       plan.inputs_owned[q], dtype, backend))
+    keys = list(weight_keys.values()) + list(image_keys.values())
+    loaded = dict(zip(keys, load.submit(client, keys)))
+    try:
+        _watch(client, list(loaded.values()), workers, lambda f: None)
+    except _WorkersLost as lost:
+        raise _WorkersLost(lost.lost, out) from None
+    out.load_seconds = time.perf_counter() - t0
 
     # phase 2, timed: the inference graph, referring to the loaded blocks by their futures
     graph = _Graph(run)
-    result_keys: list[str] = []
-    for c in todo:
+    result_keys: dict[str, int] = {}
+    for i, c in enumerate(todo):
         a, b = bounds[c]
         members = groups[chunk_group[c]]
-        out = None if results is None else (results, c)
+        res = None if job.results is None else (job.results, c)
         if plan is None:
-            w = members[(c // len(groups)) % len(members)]
-            weights = loaded[weight_keys[w]] if resident else ("stream", path, dtype, keep_layers)
-            result_keys.append(_data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]],
-                                           depth, segment or depth, store.bias, store.ymax, out))
+            w = members[(i // len(groups)) % len(members)]
+            weights = loaded[weight_keys[w]] if resident else ("stream", path, dtype, job.keep_layers)
+            key = _data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]], depth, job.segment or depth,
+                              store.bias, store.ymax, res)
         else:
-            result_keys.append(_model_chunk(graph, c, a, b - a, members, plan, weight_keys, image_keys, loaded,
-                                            depth, sync_every, store.bias, store.ymax, out, messages == "compact"))
+            key = _model_chunk(graph, c, a, b - a, members, plan, weight_keys, image_keys, loaded, depth,
+                               job.sync_every, store.bias, store.ymax, res, job.compact)
+        result_keys[key] = c
+    out.tasks = len(graph)
     read_before = client.run(_stream_bytes)
     sent_before = client.run(_bytes_sent)
     t0 = time.perf_counter()
-    futures = graph.submit(client, result_keys)
-    found = {}
-    for finished, fut in enumerate(as_completed(futures), start=1):
-        found[fut.key] = fut.result()
-        if progress is not None:
-            progress(finished, len(futures))
-    seconds = time.perf_counter() - t0
+    futures = graph.submit(client, list(result_keys))
+
+    def finish(fut) -> None:
+        value = fut.result()
+        out.chunks[result_keys[fut.key]] = (value, []) if plan is None else value
+        if job.progress is not None:
+            job.progress(len(out.chunks), len(futures))
+
+    try:
+        _watch(client, futures, workers, finish)
+    except _WorkersLost as lost:
+        out.seconds = time.perf_counter() - t0
+        raise _WorkersLost(lost.lost, out) from None
+    finally:
+        for f in list(loaded.values()) + futures:
+            f.release()  # the blocks leave the workers' memory
+    out.seconds = time.perf_counter() - t0
     sent_after = client.run(_bytes_sent)
-    bytes_sent = sum(sent_after[w] - sent_before.get(w, 0) for w in sent_after)
-    tallies = client.run(_message_tally, run)
-    per_layer = np.zeros((depth, 2), dtype=np.int64)
-    for tally in tallies.values():
+    out.bytes_sent = sum(sent_after[w] - sent_before.get(w, 0) for w in sent_after)
+    for tally in client.run(_message_tally, run).values():
         for k, (dense, sent) in tally.items():
-            per_layer[k - 1] += (dense, sent)
+            out.per_layer[k - 1] += (dense, sent)
     read_after = client.run(_stream_bytes)
-    bytes_read = sum(read_after[w] - read_before.get(w, 0) for w in read_after)
-    itemsize = np.dtype(dtype).itemsize
-    plan_bytes = 0
-    ids = []
-    for c, key in zip(todo, result_keys):
-        if plan is None:
-            ids.append(found[key])
-            continue
-        chunk_ids, alive = found[key]
-        ids.append(chunk_ids)
+    out.bytes_read = sum(read_after[w] - read_before.get(w, 0) for w in read_after)
+    if plan is not None:
         # what the plan says crosses: each layer's volume x the images alive when it runs x the item size
-        width = bounds[c][1] - bounds[c][0]
-        rounds = iter(alive)
-        for k in range(1, depth + 1):
-            plan_bytes += plan.volume(k) * width * itemsize
-            if k in set(sync_layers(depth, sync_every)):
-                width = next(rounds)
-    for f in list(loaded.values()) + futures:
-        f.release()  # the blocks leave the workers' memory
-    if done:
-        ids.extend(read_results(results, done).values())
-    cats = np.sort(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64)
-    return InferenceResult(
-        categories=cats, images=count, neurons=store.neurons, layers=depth, edges=store.edges, seconds=seconds,
-        workers=len(workers), chunks=len(bounds), mode=mode, group_size=g, load_seconds=load_seconds,
-        tasks=len(graph), plan_volume=[] if plan is None else plan.volumes().tolist(),
-        bytes_sent=bytes_sent, plan_bytes=plan_bytes, dense_message_bytes=per_layer[:, 0].tolist() if plan else [],
-        message_bytes=per_layer[:, 1].tolist() if plan else [], bytes_read=bytes_read, resident=resident,
-        computed_chunks=todo, images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
-        predictions=[p.as_dict() for p in predictions],
-        calibration=None if calibration is None else calibration.as_dict(),
-    )
+        itemsize = np.dtype(dtype).itemsize
+        syncs = set(sync_layers(depth, job.sync_every))
+        for c, (_, alive) in out.chunks.items():
+            width = bounds[c][1] - bounds[c][0]
+            rounds = iter(alive)
+            for k in range(1, depth + 1):
+                out.plan_bytes += plan.volume(k) * width * itemsize
+                if k in syncs:
+                    width = next(rounds)
+    return out
 
 
 def _data_chunk(graph: _Graph, c: int, start: int, w: str, weights, images, depth: int, segment: int, bias: float,

@@ -1,0 +1,81 @@
+"""Faults the engine survives: a worker killed in the middle of an inference, and too little memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from dasknn import engine, generate, store
+from dasknn.errors import DasknnError
+
+DEPTH = 40
+
+
+@pytest.fixture(scope="module")
+def deep_store(tmp_path_factory):
+    """A generated 1024 x 40 network with 1,200 images and their truth (the SciPy reference's categories)."""
+    out = tmp_path_factory.mktemp("deep") / "deep.zarr"
+    return generate.write(out, 1024, DEPTH, 1200, seed=3, truth=True)
+
+
+def _spmm_layers_done(dask_scheduler) -> int:
+    # the deepest layer any part has finished for any chunk
+    done = [int(key.split("-")[1][1:]) for key, ts in dask_scheduler.tasks.items()
+            if isinstance(key, str) and key.startswith("spmm-l") and ts.state == "memory"]
+    return max(done, default=0)
+
+
+@pytest.mark.parametrize("mode", ["model", "data"])
+def test_a_worker_killed_halfway_loses_nothing(deep_store, mode):
+    from dasknn.cluster import local_client
+
+    truth = store.open_inputs(deep_store).truth(np.float32)
+    with local_client(workers=2, threads_per_worker=1) as client:
+        victim = sorted(client.scheduler_info()["workers"])[1]
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        box: dict = {}
+
+        def run() -> None:
+            try:
+                box["result"] = engine.infer(deep_store, client=client, mode=mode, chunks=4,
+                                             segment=1 if mode == "data" else None)
+            except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+                box["error"] = e
+
+        t = threading.Thread(target=run)
+        t.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and client.run_on_scheduler(_spmm_layers_done) < DEPTH // 2:
+            time.sleep(0.02)
+        assert client.run_on_scheduler(_spmm_layers_done) < DEPTH, "the run ended before the kill"
+        os.kill(pid, signal.SIGKILL)
+        t.join(180)
+        assert not t.is_alive()
+        assert "error" not in box, box.get("error")
+        result = box["result"]
+    np.testing.assert_array_equal(result.categories, truth)
+    assert len(result.recoveries) == 1
+    rec = result.recoveries[0]
+    assert rec["lost"] == [victim] and rec["workers_now"] == 2
+    assert rec["chunks_kept"] + rec["chunks_rerun"] == 4 and rec["chunks_rerun"] >= 1
+
+
+def test_too_little_memory_is_refused_with_what_to_change(tmp_path):
+    from dasknn.cluster import local_client
+
+    # 65536 neurons x 8 layers: 17 MB a layer, 134 MB in all as float32 + int32 indices
+    wide = generate.write(tmp_path / "wide.zarr", 65536, 8, 300, seed=1)
+    with local_client(workers=1, threads_per_worker=1, memory_limit="500MB") as client:
+        with pytest.raises(DasknnError, match=r"memory limit .* too small.*the weights.*--memory-limit to at least"):
+            engine.infer(wide, client=client, mode="data", resident=True)
+        with pytest.raises(DasknnError, match=r"too small.*layer.*--memory-limit to at least .* --chunks"):
+            engine.infer(wide, client=client, mode="data", resident=False, chunks=1)
+        # what the message offers is enough: streaming one layer at a time, in smaller chunks
+        result = engine.infer(wide, client=client, mode="data", resident=False, chunks=8, keep_layers=1)
+        assert not result.resident and result.bytes_read > 0
+        assert result.categories.size == result.images or result.categories.max() < 300
