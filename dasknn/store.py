@@ -23,6 +23,7 @@ set last, so an interrupted write never opens as valid.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import shutil
@@ -65,6 +66,46 @@ def _binsparse(fmt: str, shape: tuple[int, int], nnz: int, values: np.dtype) -> 
         "number_of_stored_values": int(nnz),
         "data_types": {"pointers_to_1": "int64", "indices_1": "int32", "values": np.dtype(values).name},
     }
+
+
+#: The only codecs a store's arrays may use: data codecs, nothing that can run code (no pickle, no objects).
+SAFE_CODECS = frozenset({"bytes", "zstd", "crc32c", "gzip", "blosc", "transpose", "sharding_indexed"})
+
+
+def _codec_names(codecs: Any) -> Iterator[str]:
+    for c in codecs or ():
+        c = c if isinstance(c, dict) else {"name": str(c)}
+        yield str(c.get("name"))
+        conf = c.get("configuration") or {}
+        if isinstance(conf, dict):  # sharding nests codec chains
+            yield from _codec_names(conf.get("codecs"))
+            yield from _codec_names(conf.get("index_codecs"))
+
+
+def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf") -> zarr.Array:
+    """Refuse an array that is not plain numbers under data-only codecs, before any of its chunks is decoded.
+
+    Stores are read as data only: an object dtype or an unknown codec (a pickle codec could run code when a
+    chunk is decoded) is an error naming ``label``, never a read.
+    """
+    if not isinstance(arr, zarr.Array):
+        raise DasknnError(f"{label} is not an array", store)
+    try:
+        meta = arr.metadata.to_dict()
+        dtype = np.dtype(arr.dtype)
+    except Exception as e:  # a data type NumPy cannot represent
+        raise DasknnError(f"{label}: unreadable array metadata ({type(e).__name__})", store) from None
+    bad = sorted(set(_codec_names(meta.get("codecs"))) - SAFE_CODECS)
+    endian = [c.get("configuration", {}).get("endian") for c in meta.get("codecs") or () if c.get("name") == "bytes"]
+    if any(e not in (None, "little") for e in endian):
+        # the checksum guards the stored bytes, not how they are read: a flipped endian would read as other numbers
+        raise DasknnError(f"{label}: stores are little-endian, this array says {endian[0]}", store)
+    if bad:
+        raise DasknnError(f"{label}: codec {bad[0]} is not allowed (stores are read as data only: "
+                          f"{', '.join(sorted(SAFE_CODECS))})", store)
+    if dtype.kind not in kinds:
+        raise DasknnError(f"{label}: data type {dtype} is not allowed (numbers only)", store)
+    return arr
 
 
 def _write_sparse(group: zarr.Group, fmt: str, m: sp.csc_matrix | sp.csr_matrix, extra: dict | None = None) -> None:
@@ -244,10 +285,18 @@ class _Sparse:
             p, i, v = (g[a] for a in ("pointers_to_1", "indices_1", "values"))
         except KeyError as e:
             raise DasknnError(f"{label} is missing or incomplete ({e})", store) from None
+        except Exception as e:  # metadata zarr cannot parse (a mangled zarr.json, an unknown codec)
+            raise DasknnError(f"{label}: damaged metadata ({type(e).__name__}: {e})", store) from None
+        for a, arr in (("pointers_to_1", p), ("indices_1", i), ("values", v)):
+            check_array(arr, f"{label}: {a}", store)
+        if not isinstance(desc, dict) or not isinstance(desc.get("shape"), list):
+            raise DasknnError(f"{label}: the binsparse descriptor is damaged", store)
         if desc.get("format") != fmt or list(desc.get("shape", [])) != list(shape):
             raise DasknnError(f"{label}: expected a {fmt} matrix of shape {list(shape)}, the descriptor says "
                               f"{desc.get('format')} {desc.get('shape')}", store)
         nnz = desc.get("number_of_stored_values")
+        if type(nnz) is not int or nnz < 0:
+            raise DasknnError(f"{label}: number_of_stored_values is {nnz!r}, not a count", store)
         major = shape[1] if fmt == "CSC" else shape[0]
         if p.shape != (major + 1,):
             raise DasknnError(f"{label}: pointers_to_1 has {p.shape[0]} entries, expected {major + 1}", store)
@@ -280,20 +329,41 @@ class _Sparse:
         except DasknnError:
             raise
         except Exception as e:  # a checksum mismatch or a missing/garbled chunk
-            raise DasknnError(f"{self.name}: cannot read entries ({type(e).__name__}: {e}); the store is damaged",
-                              self.store) from None
+            raise DasknnError(f"{self.name}: cannot read entries ({self._bad_chunk(start, stop)}{type(e).__name__}: "
+                              f"{e}); the store is damaged", self.store) from None
         if idx.size and (idx.min() < 0 or idx.max() >= minor):
             raise DasknnError(f"{self.name}: an index is outside 0..{minor - 1}", self.store)
         if not np.all(np.isfinite(val)):
             raise DasknnError(f"{self.name}: a value is NaN or infinite", self.store)
         return ptr - a, idx, val
 
+    def _bad_chunk(self, start: int, stop: int) -> str:
+        """Which chunk a failed read of ``start:stop`` could not decode (read again one chunk at a time)."""
+        ranges = [("pointers_to_1", self.pointers, start, stop + 1)]
+        try:
+            ptr = np.asarray(self.pointers[start : stop + 1], dtype=np.int64)
+            ranges += [("indices_1", self.indices, int(ptr[0]), int(ptr[-1])),
+                       ("values", self.values, int(ptr[0]), int(ptr[-1]))]
+        except Exception:
+            pass  # the pointers themselves are damaged: one of their chunks is named below
+        for name, arr, a, b in ranges:
+            size = int(arr.chunks[0])
+            for c in range(a // size, -(-b // size)):
+                try:
+                    arr[c * size : min((c + 1) * size, arr.shape[0])]
+                except Exception:
+                    return f"{name} chunk {c}, entries {c * size}..{min((c + 1) * size, arr.shape[0]) - 1}: "
+        return ""
+
 
 class Inputs:
     """The input images of a store (``images x N``, CSR by image), read lazily by blocks of images."""
 
     def __init__(self, root: zarr.Group, neurons: int, store: Path):
-        shape = dict(root["inputs"].attrs).get("binsparse", {}).get("shape", [0, 0])
+        desc = dict(root["inputs"].attrs).get("binsparse")
+        shape = desc.get("shape") if isinstance(desc, dict) else None
+        if not isinstance(shape, list) or len(shape) != 2 or type(shape[0]) is not int or shape[0] < 0:
+            raise DasknnError("inputs: the binsparse descriptor is damaged", store)
         self.neurons = neurons
         self.store = store
         self._root = root
@@ -320,11 +390,29 @@ class Inputs:
 
         With ``dtype="float32"``, the float32 truth if one was stored (else the canonical one).
         """
-        group = self._root["inputs"]
-        name = "truth_float32" if dtype == "float32" and "truth_float32" in group else "truth"
-        if name not in group:
+        folder = self.store / "inputs"
+        single = np.dtype(dtype) == np.float32
+        name = "truth_float32" if single and (folder / "truth_float32").is_dir() else "truth"
+        if not (folder / name).is_dir():
             return None
-        return np.asarray(group[name][:], dtype=np.int64)
+        with _metadata_of(self.store):
+            arr = check_array(self._root["inputs"][name], f"inputs: {name}", self.store, kinds="iu")
+        try:
+            return np.asarray(arr[:], dtype=np.int64)
+        except Exception as e:  # a checksum mismatch or a missing chunk
+            raise DasknnError(f"inputs: cannot read {name} ({type(e).__name__}: {e}); the store is damaged",
+                              self.store) from None
+
+
+@contextlib.contextmanager
+def _metadata_of(store: Path) -> Iterator[None]:
+    """Turn what zarr raises on mangled metadata (bad JSON, wrong types, unknown names) into one DasknnError."""
+    try:
+        yield
+    except DasknnError:
+        raise
+    except Exception as e:  # zarr raises many types here; any of them means the same to the user
+        raise DasknnError(f"damaged metadata ({type(e).__name__}: {e})", store) from None
 
 
 def _open_root(path: Path, formats: tuple[str, ...]) -> tuple[zarr.Group, dict[str, Any]]:
@@ -362,16 +450,21 @@ class NetworkStore:
             self.bias = float(attrs["bias"])
             self.ymax = float(attrs["ymax"])
             self.edges = int(attrs["edges"])
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise DasknnError(f"store attributes are damaged ({e})", self.path) from None
+        if self.neurons < 1 or self.depth < 1 or self.edges < 0 or not np.isfinite(self.bias):
+            raise DasknnError(f"store attributes are damaged (neurons {self.neurons}, layers {self.depth}, "
+                              f"edges {self.edges}, bias {self.bias})", self.path)
         self.source = str(attrs.get("source", ""))
         self.attrs = attrs
         n = self.neurons
-        self._layers = [_Sparse.open(self.root, f"layers/{k}", "CSC", (n, n), f"layer {k}", self.path)
-                        for k in range(1, self.depth + 1)]
-        if sum(s.nnz for s in self._layers) != self.edges:
-            raise DasknnError("the layers' entries do not add up to the store's edge count", self.path)
-        self.inputs = Inputs(self.root, n, self.path) if "inputs" in self.root else None
+        with _metadata_of(self.path):
+            self._layers = [_Sparse.open(self.root, f"layers/{k}", "CSC", (n, n), f"layer {k}", self.path)
+                            for k in range(1, self.depth + 1)]
+            if sum(s.nnz for s in self._layers) != self.edges:
+                raise DasknnError("the layers' entries do not add up to the store's edge count", self.path)
+            # by the folder, not zarr's listing: inputs whose metadata is damaged are an error, not absent
+            self.inputs = Inputs(self.root, n, self.path) if (self.path / "inputs").is_dir() else None
         if check == "full" or (check == "auto" and self.edges <= FULL_CHECK_ENTRIES):
             self.check()
 
@@ -418,9 +511,13 @@ def open_inputs(path: str | os.PathLike[str], check: str = "metadata") -> Inputs
     """
     path = Path(path)
     root, attrs = _open_root(path, (FORMAT, INPUTS_FORMAT))
-    if "inputs" not in root:
+    if not (path / "inputs").is_dir():
         raise DasknnError("the store holds no inputs; give --inputs or import them", path)
-    inputs = Inputs(root, int(attrs["neurons"]), path)
+    neurons = attrs.get("neurons")
+    if type(neurons) is not int or neurons < 1:
+        raise DasknnError(f"store attributes are damaged (neurons {neurons!r})", path)
+    with _metadata_of(path):
+        inputs = Inputs(root, neurons, path)
     if check == "full":
         inputs.rows()
     return inputs
@@ -510,7 +607,7 @@ def load_partition(path: str | os.PathLike[str], name: str) -> tuple[np.ndarray,
     if group not in root or not dict(root[group].attrs).get("complete"):
         return None
     try:
-        owners = np.asarray(root[f"{group}/owners"][:])
+        owners = np.asarray(check_array(root[f"{group}/owners"], f"partition {name}", Path(path), "iu")[:])
     except Exception as e:  # a damaged chunk: recompute rather than trust it
         raise DasknnError(f"partition {name} is damaged ({type(e).__name__}); delete it or recompute", path) from None
     return owners, dict(dict(root[group].attrs).get("report", {}))
@@ -627,5 +724,5 @@ def read_results(path: str | os.PathLike[str], chunks: set[int] | None = None) -
     for name, a in root.arrays():
         c = int(name.split("-")[1])
         if dict(a.attrs).get("complete") and (chunks is None or c in chunks):
-            out[c] = np.asarray(a[:], dtype=np.int64)
+            out[c] = np.asarray(check_array(a, name, Path(path), "iu")[:], dtype=np.int64)
     return out
