@@ -111,7 +111,8 @@ def run_case(case: Case, client, workdir: str | os.PathLike[str], *, dtype: str 
     except DasknnError as e:
         row["note"] = str(e)
         return row
-    row.update(edges=result.edges, time=result.seconds, rate=result.edges_per_second,
+    rate = result.edges_per_second
+    row.update(edges=result.edges, time=result.seconds, rate=rate if math.isfinite(rate) else None,
                correct=mismatched == 0, images=result.images, mismatched=mismatched, mode=result.mode,
                workers=result.workers)
     return row
@@ -198,8 +199,8 @@ def add_bench_parser(subparsers) -> None:
                     "categories, and write a CSV (neurons, layers, edges, time, rate, correct, ...) and a PNG of "
                     "edges/s by network. Exit status 1 when any result is not correct.")
     p.add_argument("dir", metavar="DIR", help="the folder holding the published files (searched recursively)")
-    p.add_argument("--out", default="graphchallenge.csv", help="the CSV to write (default graphchallenge.csv)")
-    p.add_argument("--plot", help="the PNG to draw (default: the CSV's name with .png)")
+    p.add_argument("--out", default="graphchallenge.csv", metavar="CSV", help="the CSV to write (default graphchallenge.csv)")
+    p.add_argument("--plot", metavar="PNG", help="the PNG to draw (default: the CSV's name with .png)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="arithmetic (default float64, in which the published truth is exact)")
     p.add_argument("--mode", choices=("auto", "data", "model", "hybrid"), default="auto",
