@@ -34,6 +34,18 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def _coloured(png: bytes) -> float:
+    """The share of a screenshot's pixels that are coloured: the page's chrome is grey, task rectangles are not."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as im:
+        rgb = np.asarray(im.convert("RGB"), dtype=np.int16)
+    return float(((rgb.max(axis=2) - rgb.min(axis=2)) > 60).mean())
+
+
 async def _load_page(browser: str, url: str, timeout: float = 30.0) -> tuple[list, bytes]:
     """Open ``url`` in headless Chromium; return the Bokeh document's roots (type, name) and a PNG screenshot."""
     from tornado.httpclient import AsyncHTTPClient
@@ -74,10 +86,13 @@ async def _load_page(browser: str, url: str, timeout: float = 30.0) -> tuple[lis
                     "typeof Bokeh !== 'undefined' && Bokeh.documents.length > 0 ? "
                     "JSON.stringify(Bokeh.documents[0].roots().map(r => [r.type, r.name])) : ''"))
                 roots = json.loads(found["result"].get("value") or "[]")
-            await asyncio.sleep(1.0)  # let the first data patch arrive and be drawn
-            shot = await call("Page.captureScreenshot", format="png")
+            while True:  # until the first data patch has arrived and been drawn (slower on a loaded machine)
+                await asyncio.sleep(0.5)
+                png = base64.b64decode((await call("Page.captureScreenshot", format="png"))["data"])
+                if _coloured(png) > 0.02 or time.monotonic() > deadline:
+                    break
             ws.close()
-            return roots, base64.b64decode(shot["data"])
+            return roots, png
         finally:
             proc.terminate()
             proc.wait(timeout=20)
@@ -106,15 +121,8 @@ def test_dashboard_task_stream_after_an_inference(slice_store, slice_truth, tmp_
     # the page's Bokeh document is the task stream, and it was drawn
     assert ["Figure", "task_stream"] in roots, roots
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    from PIL import Image
-
     (tmp_path / "dashboard.png").write_bytes(png)
-    import numpy as np
-
-    with Image.open(tmp_path / "dashboard.png") as im:
-        rgb = np.asarray(im.convert("RGB"), dtype=np.int16)
-    # the page's chrome is grey; task rectangles are coloured: an undrawn plot has next to no colour
-    coloured = float(((rgb.max(axis=2) - rgb.min(axis=2)) > 60).mean())
+    coloured = _coloured(png)  # an undrawn plot has next to no colour
     assert coloured > 0.02, f"the screenshot is blank ({coloured:.2%} coloured): the task stream was not drawn"
     if os.environ.get("DASKNN_DOCS_SCREENSHOT"):
         shutil.copy(tmp_path / "dashboard.png", ROOT / "docs" / "dashboard.png")
