@@ -322,6 +322,10 @@ def run_infer(args: argparse.Namespace, client) -> int:
         "message_bytes": sum(result.message_bytes),
         **notes,
     }
+    if result.exchange_bytes:
+        # per layer: the boundary messages as dense rows, and as Dask recorded the compact ones that crossed
+        report["dense_message_bytes_per_layer"] = result.dense_message_bytes
+        report["exchange_bytes_per_layer"] = result.exchange_bytes
     if result.predictions:
         report["predictions"] = result.predictions
         report["calibration"] = result.calibration

@@ -65,6 +65,8 @@ class InferenceResult:
     #: per layer: bytes of the boundary messages as dense rows, and as built (measured on the workers)
     dense_message_bytes: list[int] = field(default_factory=list)
     message_bytes: list[int] = field(default_factory=list)
+    #: per layer: the boundary messages' sizes as Dask's scheduler recorded them (what crossed)
+    exchange_bytes: list[int] = field(default_factory=list)
     bytes_read: int = 0
     resident: bool = True
     computed_chunks: list[int] = field(default_factory=list)
@@ -173,6 +175,48 @@ def _send(part: list[tuple[PartLayer, Block]], k: int, q: int, block: np.ndarray
 
 def _message_tally(run: str) -> dict[int, list[int]]:
     return _MESSAGES.pop(run, {})
+
+
+EXCHANGE_LOG = "dasknn-exchange"
+
+
+def _exchange_log():
+    """A scheduler plugin: the size Dask records for every boundary message (``send-l{k}-...`` keys), by run
+    and layer. Every message is consumed by another worker, so these are the bytes that cross, layer by layer,
+    as Dask measured them (``sizeof`` of the message on its worker). Made here so importing the engine does not
+    import distributed."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class ExchangeLog(SchedulerPlugin):
+        name = EXCHANGE_LOG
+
+        def __init__(self) -> None:
+            self.runs: dict[str, dict[int, int]] = {}
+            self.scheduler = None
+
+        async def start(self, scheduler) -> None:
+            self.scheduler = scheduler
+
+        def transition(self, key, start, finish, *args, **kwargs) -> None:
+            if finish != "memory" or not isinstance(key, str) or not key.startswith("send-l"):
+                return
+            ts = self.scheduler.tasks.get(key) if self.scheduler is not None else None
+            if ts is None:
+                return
+            layer = int(key.split("-")[1][1:])
+            per_run = self.runs.setdefault(key.rsplit("-", 1)[1], {})
+            per_run[layer] = per_run.get(layer, 0) + int(ts.nbytes)
+
+    return ExchangeLog()
+
+
+def _exchange_log_installed(dask_scheduler) -> bool:
+    return EXCHANGE_LOG in dask_scheduler.plugins
+
+
+def _exchange_log_pop(dask_scheduler, run: str) -> dict[int, int]:
+    plugin = dask_scheduler.plugins.get(EXCHANGE_LOG)
+    return {} if plugin is None else plugin.runs.pop(run, {})
 
 
 def _spmm(part: list[tuple[PartLayer, Block]], k: int, block: np.ndarray, masks: list[np.ndarray] | None,
@@ -588,7 +632,7 @@ def infer(
     plan = last.plan if last else None
     ids = [finished[c][0] for c in todo]
     plan_bytes = sum(p.plan_bytes for p in passes)
-    per_layer = sum((p.per_layer for p in passes), np.zeros((store.depth, 2), dtype=np.int64))
+    per_layer = sum((p.per_layer for p in passes), np.zeros((store.depth, 3), dtype=np.int64))
     if done:
         ids.extend(read_results(results, done).values())
     cats = np.sort(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64)
@@ -600,7 +644,8 @@ def infer(
         tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),
         bytes_sent=sum(p.bytes_sent for p in passes), plan_bytes=plan_bytes,
         dense_message_bytes=per_layer[:, 0].tolist() if plan else [],
-        message_bytes=per_layer[:, 1].tolist() if plan else [], bytes_read=sum(p.bytes_read for p in passes),
+        message_bytes=per_layer[:, 1].tolist() if plan else [],
+        exchange_bytes=per_layer[:, 2].tolist() if plan else [], bytes_read=sum(p.bytes_read for p in passes),
         resident=resident, computed_chunks=todo, images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
         predictions=[p.as_dict() for p in predictions],
         calibration=None if calibration is None else calibration.as_dict(), recoveries=recoveries,
@@ -732,11 +777,13 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
     bounds, depth = job.bounds, store.depth
     groups = [workers[i:i + g] for i in range(0, len(workers), g)]
     run = uuid.uuid4().hex[:8]
-    out = _Pass(group_size=g, per_layer=np.zeros((depth, 2), dtype=np.int64))
+    out = _Pass(group_size=g, per_layer=np.zeros((depth, 3), dtype=np.int64))
     plan = None
     if g > 1:
         owners = resolve_partition(path, job.partition, g)
         plan = build_plan(store.network().layers, owners)
+        if not client.run_on_scheduler(_exchange_log_installed):
+            client.register_plugin(_exchange_log())
     out.plan = plan
 
     # phase 1, untimed: weights and inputs into the workers' memory
@@ -809,9 +856,12 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
     out.seconds = time.perf_counter() - t0
     sent_after = client.run(_bytes_sent)
     out.bytes_sent = sum(sent_after[w] - sent_before.get(w, 0) for w in sent_after)
+    if plan is not None:
+        for k, nbytes in client.run_on_scheduler(_exchange_log_pop, run=run).items():
+            out.per_layer[k - 1, 2] += nbytes
     for tally in client.run(_message_tally, run).values():
         for k, (dense, sent) in tally.items():
-            out.per_layer[k - 1] += (dense, sent)
+            out.per_layer[k - 1, :2] += (dense, sent)
     read_after = client.run(_stream_bytes)
     out.bytes_read = sum(read_after[w] - read_before.get(w, 0) for w in read_after)
     if plan is not None:

@@ -61,8 +61,11 @@ def test_model_mode_transfers_match_the_plan(client, slice_store, slice_truth, p
     assert result.plan_bytes > 0
     assert sum(result.dense_message_bytes) == result.plan_bytes
     assert len(result.message_bytes) == result.layers
-    # and what Dask's transfer counters saw is what was built
+    # and what Dask's transfer counters saw is what was built; Dask's record of each message, layer by layer, too
     assert result.bytes_sent == pytest.approx(sum(result.message_bytes), rel=0.10)
+    assert len(result.exchange_bytes) == result.layers
+    for k, (dask_seen, built) in enumerate(zip(result.exchange_bytes, result.message_bytes), start=1):
+        assert dask_seen == pytest.approx(built, rel=0.10, abs=200 * chunks), k
     if messages == "dense":
         assert result.message_bytes == pytest.approx(result.dense_message_bytes, rel=0.01)
     else:
