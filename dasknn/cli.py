@@ -297,7 +297,8 @@ def run_infer(args: argparse.Namespace, client) -> int:
                                       segment=args.segment, sync_every=args.sync_every, dtype=args.dtype,
                                       backend="gpu" if args.gpu else "cpu", resident=args.resident,
                                       keep_layers=args.keep_layers, results=args.results, resume=args.resume,
-                                      progress=progress, messages=args.messages, explain=args.explain)
+                                      progress=progress, messages=args.messages, explain=args.explain,
+                                      activations=args.activations)
         finally:
             bar.close()
     cats = result.categories
@@ -417,6 +418,9 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
                    help="streaming: layers a worker holds at once, the one computing and the one read ahead (2)")
     f.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB (default: machine memory / workers)")
     f.add_argument("--results", help="a Zarr results store: each chunk's categories are written as it finishes")
+    f.add_argument("--activations", action="store_true",
+                   help="with --results: also write the final activations of every image, chunk by chunk "
+                        "(dasknn.store.read_activations reads them back)")
     f.add_argument("--resume", action="store_true",
                    help="continue the run that wrote --results: only the chunks not yet written are computed")
     f.add_argument("--gpu", action="store_true",

@@ -141,8 +141,17 @@ def _run_segment(weights: list[Block] | tuple, yt: np.ndarray, ids: np.ndarray |
     if not final:
         return yt, ids
     if results is not None:
-        write_chunk_result(*results, ids)  # written by the worker: a stopped run resumes from here
+        # written by the worker: a stopped run resumes from here
+        path, c, with_activations = results
+        write_chunk_result(path, c, ids, _rows_of(yt) if with_activations else None)
     return ids
+
+
+def _rows_of(yt) -> "sp.csr_matrix":
+    # final activations (neurons x images, dense, maybe on a GPU) as sparse rows, one per image
+    import scipy.sparse as sp
+
+    return sp.csr_matrix(kernels.to_host(yt).T)
 
 
 def _segment_state(state, part: int):
@@ -238,8 +247,8 @@ def _mask(block: np.ndarray) -> np.ndarray:
     return kernels.alive(block)
 
 
-def _categories(start: int, count: int, results: tuple | None, *rounds: list[np.ndarray]
-                ) -> tuple[np.ndarray, list[int]]:
+def _categories(start: int, count: int, results: tuple | None, finals: tuple | None, blocks: list | None,
+                *rounds: list[np.ndarray]) -> tuple[np.ndarray, list[int]]:
     # replay the compactions: each round is the parts' alive masks at one sync layer
     ids = np.arange(start, start + count)
     alive = []
@@ -247,7 +256,18 @@ def _categories(start: int, count: int, results: tuple | None, *rounds: list[np.
         ids = ids[_keep(masks)]
         alive.append(int(ids.size))
     if results is not None:
-        write_chunk_result(*results, ids)
+        path, c, with_activations = results
+        rows = None
+        if with_activations:
+            # finals: (neurons, each part's output neurons); blocks: each part's last block; the last round's
+            # masks say which of the blocks' images survive
+            neurons, outputs = finals
+            keep = _keep(rounds[-1])
+            yt = np.zeros((neurons, int(keep.sum())), dtype=kernels.to_host(blocks[0]).dtype)
+            for out, block in zip(outputs, blocks):
+                yt[out] = kernels.to_host(block)[:, keep]
+            rows = _rows_of(yt)
+        write_chunk_result(path, c, ids, rows)
     return ids, alive
 
 
@@ -479,6 +499,7 @@ def infer(
     progress: Callable[[int, int], None] | None = None,
     messages: str = "compact",
     explain: bool = False,
+    activations: bool = False,
 ) -> InferenceResult:
     """Run batch inference of a stored network on stored inputs, on a Dask cluster.
 
@@ -528,6 +549,9 @@ def infer(
     messages
         Model mode: ``"compact"`` boundary messages (a nonzero bitmap and the nonzero values, or one value when
         they are all equal, whichever is smallest) or ``"dense"`` rows.
+    activations
+        Also write each chunk's final activations (the surviving images' last rows) into ``results``, chunk by
+        chunk (read them with :func:`dasknn.store.read_activations`).
     explain
         Predict every mode's time with the cost model (:mod:`dasknn.cost`), even where ``mode`` is given; the
         predictions and the calibration are in the result.
@@ -546,6 +570,8 @@ def infer(
         raise DasknnError(f"--batch must be between 1 and {batch.images} (the stored images), not {count}")
     if sync_every < 1:
         raise DasknnError("--sync-every must be at least 1")
+    if activations and results is None:
+        raise DasknnError("--activations needs --results (the store they are written to)")
     if messages not in ("compact", "dense"):
         raise DasknnError(f"--messages must be compact or dense, not {messages!r}")
     if backend not in ("cpu", "gpu"):
@@ -557,7 +583,7 @@ def infer(
             return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
                          chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
                          resident=resident, keep_layers=keep_layers, results=results, resume=resume,
-                         progress=progress, messages=messages, explain=explain)
+                         progress=progress, messages=messages, explain=explain, activations=activations)
 
     info = client.scheduler_info(n_workers=-1)["workers"]
     workers = sorted(info)
@@ -594,7 +620,7 @@ def infer(
     todo = [c for c in range(len(bounds)) if c not in done]
     job = _Job(path=path, in_path=in_path, store=store, dtype=dtype, backend=backend, resident=resident,
                keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
-               results=results, bounds=bounds, partition=partition, progress=progress)
+               results=results, activations=activations, bounds=bounds, partition=partition, progress=progress)
     _check_memory(store, dtype, resident, keep_layers, _check_mode(mode, len(workers), group_size), memory,
                   max(b - a for a, b in bounds))
 
@@ -714,6 +740,7 @@ class _Job:
     sync_every: int
     compact: bool
     results: str | None
+    activations: bool
     bounds: list[tuple[int, int]]
     partition: object
     progress: Callable[[int, int], None] | None
@@ -823,7 +850,7 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
     for i, c in enumerate(todo):
         a, b = bounds[c]
         members = groups[chunk_group[c]]
-        res = None if job.results is None else (job.results, c)
+        res = None if job.results is None else (job.results, c, job.activations)
         if plan is None:
             w = members[(i // len(groups)) % len(members)]
             weights = loaded[weight_keys[w]] if resident else ("stream", path, dtype, job.keep_layers)
@@ -928,4 +955,7 @@ def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[st
         if k in syncs:
             masks = [graph.add(members[q], f"alive-l{k}-p{q}-c{c}", (_mask, _ref(blocks[q]))) for q in range(parts)]
             rounds.append(_refs(masks))
-    return graph.add(members[0], f"categories-c{c}", (_categories, start, count, results, *rounds))
+    finals = last = None
+    if results is not None and results[2]:
+        finals, last = (plan.neurons, [pl.outputs for pl in plan.layers[-1]]), _refs(blocks)
+    return graph.add(members[0], f"categories-c{c}", (_categories, start, count, results, finals, last, *rounds))

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import itertools
+import math
 import os
 import shutil
 import threading
@@ -51,6 +53,10 @@ CHUNK_ENTRIES = 1 << 20
 CHUNK_ROWS = 1 << 16
 #: Stores with at most this many entries have every value checked on open; larger ones check what each read reads.
 FULL_CHECK_ENTRIES = 50_000_000
+
+
+#: Every chunk is written, even one equal to the fill value: a missing chunk file then always means damage.
+_WRITE_ALL = {"write_empty_chunks": True}
 
 
 def _codecs() -> list[Any]:
@@ -105,6 +111,18 @@ def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf") -> zarr.A
                           f"{', '.join(sorted(SAFE_CODECS))})", store)
     if dtype.kind not in kinds:
         raise DasknnError(f"{label}: data type {dtype} is not allowed (numbers only)", store)
+    if meta.get("chunk_key_encoding") != {"name": "default", "configuration": {"separator": "/"}}:
+        raise DasknnError(f"{label}: unexpected chunk key encoding {meta.get('chunk_key_encoding')}", store)
+    # zarr reads a missing chunk as its fill value: a lost file would be silently read as zeros
+    if arr.ndim < 1 or min(arr.chunks) < 1:
+        raise DasknnError(f"{label}: not an array with chunks", store)
+    folder = Path(store) / arr.path / "c"
+    for c in itertools.product(*(range(-(-int(n) // int(k))) for n, k in zip(arr.shape, arr.chunks))):
+        if not folder.joinpath(*map(str, c)).is_file():
+            raise DasknnError(f"{label}: chunk {'/'.join(map(str, c))} is missing", store)
+    expected = math.prod(-(-int(n) // int(k)) for n, k in zip(arr.shape, arr.chunks))
+    if folder.is_dir() and sum(1 for f in folder.rglob("*") if f.is_file()) != expected:
+        raise DasknnError(f"{label}: its chunk files do not match its shape {list(arr.shape)}", store)
     return arr
 
 
@@ -116,7 +134,8 @@ def _write_sparse(group: zarr.Group, fmt: str, m: sp.csc_matrix | sp.csr_matrix,
         ("indices_1", m.indices.astype(np.int32, copy=False), max(1, min(CHUNK_ENTRIES, nnz))),
         ("values", m.data, max(1, min(CHUNK_ENTRIES, nnz))),
     ):
-        arr = group.create_array(name, shape=data.shape, chunks=(chunk,), dtype=data.dtype, compressors=_codecs())
+        arr = group.create_array(name, shape=data.shape, chunks=(chunk,), dtype=data.dtype, compressors=_codecs(),
+                                 config=_WRITE_ALL)
         if data.size:
             arr[:] = data
     group.attrs.update({"binsparse": _binsparse(fmt, m.shape, nnz, m.data.dtype), **(extra or {})})
@@ -243,7 +262,7 @@ def write_inputs(
         if t.size and (t.min() < 0 or t.max() >= m.shape[0]):
             raise DasknnError(f"truth names an image outside 1..{m.shape[0]}")
         arr = g.create_array(name, shape=t.shape, chunks=(max(1, min(CHUNK_ENTRIES, t.size)),), dtype=np.int64,
-                             compressors=_codecs())
+                             compressors=_codecs(), config=_WRITE_ALL)
         if t.size:
             arr[:] = t
 
@@ -347,7 +366,7 @@ class _Sparse:
         except Exception:
             pass  # the pointers themselves are damaged: one of their chunks is named below
         for name, arr, a, b in ranges:
-            size = int(arr.chunks[0])
+            size = max(1, int(arr.chunks[0]))
             for c in range(a // size, -(-b // size)):
                 try:
                     arr[c * size : min((c + 1) * size, arr.shape[0])]
@@ -595,7 +614,8 @@ def save_partition(path: str | os.PathLike[str], name: str, owners: np.ndarray, 
     if group in root:
         del root[group]
     g = root.require_group(group)
-    arr = g.create_array("owners", shape=owners.shape, chunks=owners.shape, dtype=np.int32, compressors=_codecs())
+    arr = g.create_array("owners", shape=owners.shape, chunks=owners.shape, dtype=np.int32, compressors=_codecs(),
+                         config=_WRITE_ALL)
     arr[:] = owners.astype(np.int32)
     g.attrs.update({"report": report or {}, "complete": True})
 
@@ -706,12 +726,23 @@ def open_results(path: str | os.PathLike[str], run: dict[str, Any], resume: bool
     return [tuple(b) for b in run["chunks"]], set()
 
 
-def write_chunk_result(path: str, chunk: int, ids: np.ndarray) -> None:
-    """Write one chunk's categories (original 0-based image indices) into a results store."""
+def write_chunk_result(path: str, chunk: int, ids: np.ndarray, activations: sp.spmatrix | None = None) -> None:
+    """Write one chunk's categories (original 0-based image indices) into a results store, and, when given,
+    the final activations of those images (rows in the order of ``ids``) before the chunk counts as written."""
     root = zarr.open_group(path, mode="r+", zarr_format=3)
     ids = np.asarray(ids, dtype=np.int64)
+    if activations is not None:
+        rows = sp.csr_matrix(activations)
+        group = root.require_group("activations").require_group(f"chunk-{chunk}")
+        for name, a in (("ids", ids), ("indptr", rows.indptr.astype(np.int64)),
+                        ("indices", rows.indices.astype(np.int32)), ("values", rows.data)):
+            arr = group.create_array(name, shape=a.shape, chunks=(max(1, a.size),), dtype=a.dtype,
+                                     compressors=_codecs(), overwrite=True, config=_WRITE_ALL)
+            if a.size:
+                arr[:] = a
+        group.attrs["neurons"] = int(rows.shape[1])
     arr = root.create_array(f"chunk-{chunk}", shape=ids.shape, chunks=(max(1, ids.size),), dtype=np.int64,
-                            compressors=_codecs(), overwrite=True)
+                            compressors=_codecs(), overwrite=True, config=_WRITE_ALL)
     if ids.size:
         arr[:] = ids
     arr.attrs["complete"] = True
@@ -726,3 +757,32 @@ def read_results(path: str | os.PathLike[str], chunks: set[int] | None = None) -
         if dict(a.attrs).get("complete") and (chunks is None or c in chunks):
             out[c] = np.asarray(check_array(a, name, Path(path), "iu")[:], dtype=np.int64)
     return out
+
+
+def read_activations(path: str | os.PathLike[str], images: int | None = None) -> sp.csr_matrix:
+    """The final activations a run wrote (``--activations``): ``images x neurons`` CSR, the rows of images
+    that died all zero. ``images`` defaults to the run's batch size."""
+    path = Path(path)
+    root = zarr.open_group(path, mode="r", zarr_format=3)
+    if "activations" not in root:
+        raise DasknnError("holds no activations (run with --activations)", path)
+    run = dict(root.attrs).get("dasknn", {}).get("run", {})
+    n_images = images if images is not None else int(run.get("images", 0))
+    done = set(read_results(path))
+    blocks, neurons = [], None
+    for name, group in root["activations"].groups():
+        if int(name.split("-")[1]) not in done:
+            continue  # a chunk whose categories were not written did not finish
+        neurons = int(group.attrs["neurons"])
+        part = {k: check_array(group[k], f"activations/{name}/{k}", path)[:] for k in ("ids", "indptr", "indices", "values")}
+        blocks.append(part)
+    if neurons is None:
+        return sp.csr_matrix((n_images, 0))
+    coo_rows, coo_cols, coo_vals = [], [], []
+    for b in blocks:
+        counts = np.diff(b["indptr"])
+        coo_rows.append(np.repeat(b["ids"], counts))
+        coo_cols.append(b["indices"])
+        coo_vals.append(b["values"])
+    return sp.csr_matrix((np.concatenate(coo_vals), (np.concatenate(coo_rows), np.concatenate(coo_cols))),
+                         shape=(n_images, neurons))

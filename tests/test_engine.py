@@ -274,3 +274,26 @@ def test_local_cluster_listens_on_loopback_only(client):
     assert info["address"].startswith("tcp://127.0.0.1:")
     assert all(w.startswith("tcp://127.0.0.1:") for w in info["workers"])
     assert "127.0.0.1" in client.dashboard_link
+
+
+@pytest.mark.parametrize(("mode", "partition"), [("data", None), ("model", "random"), ("hybrid", "block")])
+def test_final_activations_written_chunk_by_chunk(client, slice_store, tmp_path, mode, partition):
+    from dasknn import reference
+
+    s = store.open_store(slice_store)
+    net = s.network()
+    images = store.open_inputs(slice_store).rows(0, 300)
+    expected = reference.infer(net.layers, images, net.bias, net.ymax, np.float64)
+    out = tmp_path / "run.zarr"
+    kwargs = {} if partition is None else {"partition": partition}
+    result = engine.infer(slice_store, client=client, mode=mode, images=300, chunks=3, dtype="float64",
+                          results=out, activations=True, **kwargs)
+    got = store.read_activations(out)
+    assert got.shape == (300, s.neurons)
+    np.testing.assert_array_equal(got.toarray(), expected.toarray())
+    np.testing.assert_array_equal(np.flatnonzero(np.diff(got.indptr)), result.categories)
+
+
+def test_activations_need_a_results_store(client, slice_store):
+    with pytest.raises(DasknnError, match="--activations needs --results"):
+        engine.infer(slice_store, client=client, activations=True)
