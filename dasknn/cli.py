@@ -200,7 +200,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
 def _as_stores(args: argparse.Namespace) -> Iterator[tuple[Path, Path, np.ndarray | None, dict]]:
     """Resolve --network/--inputs/--truth to stores (importing TSV into a temporary folder) and the truth."""
     from . import generate, io
-    from .store import is_store, open_inputs, open_store, write_inputs_store
+    from .store import is_store, location, open_inputs, open_store, write_inputs_store
 
     notes: dict = {}
     with tempfile.TemporaryDirectory(prefix="dasknn-") as tmp:
@@ -214,7 +214,7 @@ def _as_stores(args: argparse.Namespace) -> Iterator[tuple[Path, Path, np.ndarra
                 bar.close()
             notes["network"] = f"default: {network}"
         elif is_store(args.network):
-            network = Path(args.network)
+            network = location(args.network)
         else:
             t0 = time.perf_counter()
             network = import_network(args.network, Path(tmp) / "network.zarr")
@@ -223,7 +223,7 @@ def _as_stores(args: argparse.Namespace) -> Iterator[tuple[Path, Path, np.ndarra
         if args.inputs is None:
             inputs = network
         elif is_store(args.inputs):
-            inputs = Path(args.inputs)
+            inputs = location(args.inputs)
         else:
             inputs = write_inputs_store(Path(tmp) / "inputs.zarr", io.read_images(args.inputs, neurons=neurons),
                                         source=os.fspath(args.inputs))

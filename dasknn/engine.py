@@ -34,7 +34,7 @@ import numpy as np
 from . import kernels
 from .errors import DasknnError
 from .plan import PartLayer, Plan, build_plan, local_block, received_rows
-from .store import LayerStream, open_inputs, open_results, open_store, read_results, write_chunk_result
+from .store import LayerStream, location, open_inputs, open_results, open_store, read_results, write_chunk_result
 
 MODES = ("auto", "data", "model", "hybrid")
 #: Share of a worker's memory limit its weights may take before ``auto`` spreads the layers over more workers.
@@ -558,9 +558,9 @@ def infer(
     """
     if dtype not in ("float32", "float64"):
         raise DasknnError(f"--dtype must be float32 or float64, not {dtype}")
-    path = str(Path(network).resolve())
+    path = str(location(network))  # a local store, or a URL the workers read through fsspec
     store = open_store(path, check="metadata")  # the workers check every block they read
-    in_path = path if inputs is None else str(Path(inputs).resolve())
+    in_path = path if inputs is None else str(location(inputs))
     batch = open_inputs(in_path)
     if batch.neurons != store.neurons:
         raise DasknnError(f"the inputs have {batch.neurons} pixels per image, the network {store.neurons} neurons",

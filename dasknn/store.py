@@ -88,6 +88,35 @@ def _codec_names(codecs: Any) -> Iterator[str]:
             yield from _codec_names(conf.get("index_codecs"))
 
 
+def is_url(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a store by URL (``s3://``, ``gs://``, ``https://``, ``file://`` ...: read through
+    fsspec) rather than a local folder."""
+    return "://" in os.fspath(path)
+
+
+def location(path: str | os.PathLike[str]) -> Path | str:
+    """A store's location: an absolute local path, or the URL as given (without a trailing slash)."""
+    return os.fspath(path).rstrip("/") if is_url(path) else Path(path).resolve()
+
+
+def _file_exists(store: Path | str, rel: str) -> bool:
+    # whether the store holds file ``rel`` (a local path, or the same key behind a URL, asked through fsspec)
+    if not is_url(store):
+        return (Path(store) / rel).is_file()
+    import fsspec.core
+
+    fs, root = fsspec.core.url_to_fs(str(store))
+    try:
+        return bool(fs.isfile(f"{root.rstrip('/')}/{rel}"))
+    except Exception:  # a server that refuses the question has no such file as far as we can know
+        return False
+
+
+def _has_group(store: Path | str, name: str) -> bool:
+    # by the group's metadata file, not zarr's listing: a child whose metadata is damaged is an error, not absent
+    return _file_exists(store, f"{name}/zarr.json")
+
+
 def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf") -> zarr.Array:
     """Refuse an array that is not plain numbers under data-only codecs, before any of its chunks is decoded.
 
@@ -116,12 +145,12 @@ def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf") -> zarr.A
     # zarr reads a missing chunk as its fill value: a lost file would be silently read as zeros
     if arr.ndim < 1 or min(arr.chunks) < 1:
         raise DasknnError(f"{label}: not an array with chunks", store)
-    folder = Path(store) / arr.path / "c"
     for c in itertools.product(*(range(-(-int(n) // int(k))) for n, k in zip(arr.shape, arr.chunks))):
-        if not folder.joinpath(*map(str, c)).is_file():
+        if not _file_exists(store, f"{arr.path}/c/{'/'.join(map(str, c))}"):
             raise DasknnError(f"{label}: chunk {'/'.join(map(str, c))} is missing", store)
     expected = math.prod(-(-int(n) // int(k)) for n, k in zip(arr.shape, arr.chunks))
-    if folder.is_dir() and sum(1 for f in folder.rglob("*") if f.is_file()) != expected:
+    folder = None if is_url(store) else Path(store) / arr.path / "c"
+    if folder is not None and folder.is_dir() and sum(1 for f in folder.rglob("*") if f.is_file()) != expected:
         raise DasknnError(f"{label}: its chunk files do not match its shape {list(arr.shape)}", store)
     return arr
 
@@ -409,10 +438,9 @@ class Inputs:
 
         With ``dtype="float32"``, the float32 truth if one was stored (else the canonical one).
         """
-        folder = self.store / "inputs"
         single = np.dtype(dtype) == np.float32
-        name = "truth_float32" if single and (folder / "truth_float32").is_dir() else "truth"
-        if not (folder / name).is_dir():
+        name = "truth_float32" if single and _has_group(self.store, "inputs/truth_float32") else "truth"
+        if not _has_group(self.store, f"inputs/{name}"):
             return None
         with _metadata_of(self.store):
             arr = check_array(self._root["inputs"][name], f"inputs: {name}", self.store, kinds="iu")
@@ -434,8 +462,8 @@ def _metadata_of(store: Path) -> Iterator[None]:
         raise DasknnError(f"damaged metadata ({type(e).__name__}: {e})", store) from None
 
 
-def _open_root(path: Path, formats: tuple[str, ...]) -> tuple[zarr.Group, dict[str, Any]]:
-    if not path.exists():
+def _open_root(path: Path | str, formats: tuple[str, ...]) -> tuple[zarr.Group, dict[str, Any]]:
+    if not (_file_exists(path, "zarr.json") if is_url(path) else Path(path).exists()):
         raise DasknnError("no such store", path)
     try:
         root = zarr.open_group(path, mode="r", zarr_format=3)
@@ -461,7 +489,7 @@ class NetworkStore:
     """
 
     def __init__(self, path: str | os.PathLike[str], check: str = "auto"):
-        self.path = Path(path)
+        self.path = location(path)
         self.root, attrs = _open_root(self.path, (FORMAT,))
         try:
             self.neurons = int(attrs["neurons"])
@@ -483,7 +511,7 @@ class NetworkStore:
             if sum(s.nnz for s in self._layers) != self.edges:
                 raise DasknnError("the layers' entries do not add up to the store's edge count", self.path)
             # by the folder, not zarr's listing: inputs whose metadata is damaged are an error, not absent
-            self.inputs = Inputs(self.root, n, self.path) if (self.path / "inputs").is_dir() else None
+            self.inputs = Inputs(self.root, n, self.path) if _has_group(self.path, "inputs") else None
         if check == "full" or (check == "auto" and self.edges <= FULL_CHECK_ENTRIES):
             self.check()
 
@@ -519,7 +547,12 @@ class NetworkStore:
             self.inputs.rows()
 
     def nbytes_on_disk(self) -> int:
-        """Bytes the store takes on disk."""
+        """Bytes the store takes on disk (or behind its URL)."""
+        if is_url(self.path):
+            import fsspec.core
+
+            fs, root = fsspec.core.url_to_fs(str(self.path))
+            return int(fs.du(root))
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
 
 
@@ -528,9 +561,9 @@ def open_inputs(path: str | os.PathLike[str], check: str = "metadata") -> Inputs
 
     Every block read is checked as it is read; ``check="full"`` also reads and checks them all now.
     """
-    path = Path(path)
+    path = location(path)
     root, attrs = _open_root(path, (FORMAT, INPUTS_FORMAT))
-    if not (path / "inputs").is_dir():
+    if not _has_group(path, "inputs"):
         raise DasknnError("the store holds no inputs; give --inputs or import them", path)
     neurons = attrs.get("neurons")
     if type(neurons) is not int or neurons < 1:
@@ -592,8 +625,8 @@ def open_store(path: str | os.PathLike[str], check: str = "auto") -> NetworkStor
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` looks like a Zarr store (a folder with ``zarr.json``)."""
-    return (Path(path) / "zarr.json").is_file()
+    """Whether ``path`` looks like a Zarr store (a folder, or a URL, with ``zarr.json``)."""
+    return _file_exists(location(path), "zarr.json")
 
 
 # --- partitions kept with the network ------------------------------------------------------------------------
@@ -622,12 +655,13 @@ def save_partition(path: str | os.PathLike[str], name: str, owners: np.ndarray, 
 
 def load_partition(path: str | os.PathLike[str], name: str) -> tuple[np.ndarray, dict] | None:
     """A saved partition's owners and report, or None if the store has none of that name."""
-    root = zarr.open_group(Path(path), mode="r", zarr_format=3)
+    path = location(path)
+    root = zarr.open_group(path if is_url(path) else Path(path), mode="r", zarr_format=3)
     group = f"partitions/{name}"
-    if group not in root or not dict(root[group].attrs).get("complete"):
+    if not _has_group(path, group) or not dict(root[group].attrs).get("complete"):
         return None
     try:
-        owners = np.asarray(check_array(root[f"{group}/owners"], f"partition {name}", Path(path), "iu")[:])
+        owners = np.asarray(check_array(root[f"{group}/owners"], f"partition {name}", path, "iu")[:])
     except Exception as e:  # a damaged chunk: recompute rather than trust it
         raise DasknnError(f"partition {name} is damaged ({type(e).__name__}); delete it or recompute", path) from None
     return owners, dict(dict(root[group].attrs).get("report", {}))

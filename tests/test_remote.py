@@ -1,0 +1,67 @@
+"""Stores read through URLs (fsspec): a file:// URL and a store served over HTTP, by the workers themselves."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import threading
+
+import numpy as np
+import pytest
+
+from dasknn import engine, store
+from dasknn.errors import DasknnError
+
+
+@pytest.fixture(scope="module")
+def http_root(slice_store):
+    """The slice store's folder served read-only over HTTP on 127.0.0.1."""
+    handler = functools.partial(_QuietHandler, directory=str(slice_store.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # keep the test output clean
+        pass
+
+
+def test_file_url_reads_like_the_path(client, slice_store, slice_truth):
+    url = f"file://{slice_store}"
+    s = store.open_store(url, check="full")
+    local = store.open_store(slice_store)
+    assert (s.neurons, s.depth, s.edges) == (local.neurons, local.depth, local.edges)
+    assert (s.layer(3) != local.layer(3)).nnz == 0
+    result = engine.infer(url, client=client, dtype="float64")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+
+
+def test_a_store_served_over_http(client, slice_store, slice_truth, http_root):
+    pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (pip install 'dasknn[remote]')")
+    url = f"{http_root}/{slice_store.name}"
+    assert store.is_store(url)
+    s = store.open_store(url, check="full")
+    np.testing.assert_array_equal(s.inputs.truth("float64"), slice_truth)
+    for mode in ("data", "model"):
+        result = engine.infer(url, client=client, mode=mode, partition="block", dtype="float64")
+        np.testing.assert_array_equal(result.categories, slice_truth)
+
+
+def test_http_errors_are_one_line(http_root, slice_store):
+    pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (pip install 'dasknn[remote]')")
+    with pytest.raises(DasknnError, match="no such store"):
+        store.open_store(f"{http_root}/nothing-here.zarr")
+
+
+def test_cli_reads_a_url(slice_store, capsys):
+    import json
+
+    from dasknn.cli import main
+
+    assert main(["infer", "--network", f"file://{slice_store}", "--workers", "1", "--json", "--dtype", "float64"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["matches_truth"] is True
