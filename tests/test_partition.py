@@ -267,3 +267,18 @@ def test_rebalance_brings_every_part_under_its_cap(cap: int) -> None:
     row = np.zeros(10, dtype=np.int32)  # everything in part 0
     fixed = P._rebalance(row, weights, 4, cap)
     assert np.bincount(fixed, weights=weights, minlength=4).max() <= cap
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("layers", ["uniform", "blocks"])
+def test_default_keeps_the_smaller_of_layered_and_shared(layers: str, seed: int) -> None:
+    ws = (uniform_layers(96, 4, 6, seed) if layers == "uniform"
+          else block_layers(4, 24, 4, 6, seed, relabel_each_row=False))
+    kw = dict(seed=seed, preset="deterministic")
+    default = P.layer_volumes(ws, P.partition_network(ws, 4, "hypergraph", **kw)).sum()
+    layered = P.layer_volumes(ws, P.partition_network(ws, 4, "hypergraph-layered", sweeps=0, **kw)).sum()
+    shared_owners = P.partition_network(ws, 4, "hypergraph-shared", **kw)
+    candidates = [layered]
+    if P.layer_imbalance(ws, shared_owners).max() <= 0.03 + 1e-12:
+        candidates.append(P.layer_volumes(ws, shared_owners).sum())
+    assert default == min(candidates)
