@@ -1,13 +1,111 @@
-"""Connecting to Dask: a local cluster bound to this machine, or an existing scheduler."""
+"""Connecting to Dask: a local cluster bound to this machine, or an existing scheduler, optionally over TLS.
+
+With TLS every connection (client, scheduler, workers) is encrypted and both ends must present a certificate
+signed by the cluster's certificate authority (distributed's ``Security``, mutual authentication). A local
+cluster gets a temporary authority and certificate, made here and deleted when the cluster closes; a real
+cluster's files are given with ``--tls-ca/--tls-cert/--tls-key``.
+"""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import datetime as _dt
+import ipaddress
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 from .errors import DasknnError
+
+
+def make_certificates(folder: str | os.PathLike[str], days: int = 7) -> dict[str, Path]:
+    """Write a new self-signed certificate authority and one certificate it signs (for every role) to ``folder``.
+
+    Returns the paths ``{"ca": ..., "cert": ..., "key": ...}``; the private keys are readable by this user only.
+    Elliptic-curve (P-256) keys: made in milliseconds, unlike RSA.
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    folder = Path(folder)
+    now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=5)  # tolerate a little clock skew
+    until = now + _dt.timedelta(days=days)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dasknn temporary CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(until)
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dasknn")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(until)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            # one certificate for every role: it serves (scheduler, workers) and connects (client, workers)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = {"ca": folder / "ca.pem", "cert": folder / "cert.pem", "key": folder / "key.pem"}
+    paths["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    fd = os.open(paths["key"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return paths
+
+
+def security_from_files(ca: str | os.PathLike[str], cert: str | os.PathLike[str],
+                        key: str | os.PathLike[str]):
+    """A ``distributed.security.Security`` requiring TLS, with ``cert``/``key`` for every role and ``ca`` trusted."""
+    from distributed.security import Security
+
+    for flag, p in (("--tls-ca", ca), ("--tls-cert", cert), ("--tls-key", key)):
+        if not Path(p).is_file():
+            raise DasknnError(f"{flag}: no such file", p)
+    ca, cert, key = (os.fspath(Path(p).resolve()) for p in (ca, cert, key))
+    try:
+        sec = Security(require_encryption=True, tls_ca_file=ca,
+                       tls_client_cert=cert, tls_client_key=key, tls_scheduler_cert=cert, tls_scheduler_key=key,
+                       tls_worker_cert=cert, tls_worker_key=key)
+        sec.get_connection_args("client")  # loads the files now: a bad one is a clear error, not a hang later
+    except Exception as e:  # ssl.SSLError, ValueError: the files are not a certificate/key pair and CA
+        raise DasknnError(f"the TLS files cannot be used ({type(e).__name__}: {e})", cert) from None
+    return sec
+
+
+@contextlib.contextmanager
+def _security(tls: bool, tls_ca, tls_cert, tls_key) -> Iterator:
+    """The cluster's Security (None without TLS); temporary files are removed on exit."""
+    given = [p for p in (tls_ca, tls_cert, tls_key) if p]
+    if given and len(given) != 3:
+        raise DasknnError("--tls-ca, --tls-cert and --tls-key go together")
+    if given:
+        yield security_from_files(tls_ca, tls_cert, tls_key)
+    elif tls:
+        folder = tempfile.mkdtemp(prefix="dasknn-tls-")  # mode 0700: the key is this user's only
+        try:
+            paths = make_certificates(folder)
+            yield security_from_files(paths["ca"], paths["cert"], paths["key"])
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    else:
+        yield None
 
 
 @contextlib.contextmanager
@@ -17,6 +115,10 @@ def local_client(
     scheduler: str | None = None,
     memory_limit: str | int | None = "auto",
     gpu: bool = False,
+    tls: bool = False,
+    tls_ca: str | os.PathLike[str] | None = None,
+    tls_cert: str | os.PathLike[str] | None = None,
+    tls_key: str | os.PathLike[str] | None = None,
 ) -> Iterator:
     """Yield a ``distributed.Client``: connected to ``scheduler``, or to a new local cluster closed on exit.
 
@@ -24,39 +126,69 @@ def local_client(
     core by default, each with ``threads_per_worker`` threads; its HTTP routes and dashboard listen on a free
     port of 127.0.0.1 (``client.dashboard_link``). With
     ``gpu``, it is a ``dask_cuda.LocalCUDACluster``: one worker per visible GPU.
+
+    With ``tls`` (or the three files ``tls_ca``, ``tls_cert``, ``tls_key``) every connection uses TLS with
+    mutual authentication: a local cluster gets a temporary certificate authority and certificate (deleted on
+    exit) unless files are given; a ``scheduler`` needs the files its cluster was started with.
     """
     from distributed import Client, LocalCluster
 
-    if gpu and not scheduler:
-        try:
-            from dask_cuda import LocalCUDACluster
-        except ImportError:
-            raise DasknnError("--gpu needs CuPy and dask-cuda: pip install 'dasknn[gpu]'") from None
-        with LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                              CUDA_VISIBLE_DEVICES=None if workers is None else list(range(workers)),
-                              silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    if scheduler and tls and not (tls_ca and tls_cert and tls_key):
+        raise DasknnError("--tls with --scheduler needs the cluster's --tls-ca, --tls-cert and --tls-key")
+    with _security(tls, tls_ca, tls_cert, tls_key) as security:
+        secure = {} if security is None else {"security": security, "protocol": "tls://"}
+        if gpu and not scheduler:
+            try:
+                from dask_cuda import LocalCUDACluster
+            except ImportError:
+                raise DasknnError("--gpu needs CuPy and dask-cuda: pip install 'dasknn[gpu]'") from None
+            with LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                  CUDA_VISIBLE_DEVICES=None if workers is None else list(range(workers)),
+                                  silence_logs=logging.ERROR, **secure) as cluster, Client(cluster) as client:
+                yield client
+            return
+        if scheduler:
+            if security is not None:
+                if scheduler.startswith("tcp://"):
+                    raise DasknnError(f"--tls needs a tls:// scheduler address, not {scheduler}")
+                if "://" not in scheduler:
+                    scheduler = "tls://" + scheduler
+            try:
+                client = Client(scheduler, timeout="20s", security=security)
+            except (OSError, TimeoutError) as e:
+                raise DasknnError(f"cannot reach the Dask scheduler at {scheduler} ({e})") from None
+            with client:
+                yield client
+            return
+        n = workers or max(1, (os.cpu_count() or 1) // max(1, threads_per_worker))
+        if n < 1 or threads_per_worker < 1:
+            raise DasknnError("--workers and --threads-per-worker must be at least 1")
+        with LocalCluster(
+            n_workers=n,
+            threads_per_worker=threads_per_worker,
+            processes=True,
+            host="127.0.0.1",
+            # the scheduler's HTTP routes (and the dashboard, where bokeh is installed) on a free local port: a
+            # fixed 8787 collides with any other cluster on the machine
+            dashboard_address="127.0.0.1:0",
+            memory_limit=memory_limit,
+            silence_logs=logging.ERROR,
+            **secure,
+        ) as cluster, Client(cluster, security=security) as client:
             yield client
-        return
-    if scheduler:
-        try:
-            client = Client(scheduler, timeout="20s")
-        except OSError as e:
-            raise DasknnError(f"cannot reach the Dask scheduler at {scheduler} ({e})") from None
-        with client:
-            yield client
-        return
-    n = workers or max(1, (os.cpu_count() or 1) // max(1, threads_per_worker))
-    if n < 1 or threads_per_worker < 1:
-        raise DasknnError("--workers and --threads-per-worker must be at least 1")
-    with LocalCluster(
-        n_workers=n,
-        threads_per_worker=threads_per_worker,
-        processes=True,
-        host="127.0.0.1",
-        # the scheduler's HTTP routes (and the dashboard, where bokeh is installed) on a free local port: a
-        # fixed 8787 collides with any other cluster on the machine
-        dashboard_address="127.0.0.1:0",
-        memory_limit=memory_limit,
-        silence_logs=logging.ERROR,
-    ) as cluster, Client(cluster) as client:
-        yield client
+
+
+def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--tls``, ``--tls-ca``, ``--tls-cert`` and ``--tls-key`` to a command's parser."""
+    parser.add_argument("--tls", action="store_true",
+                        help="TLS with mutual authentication between client, scheduler and workers (a local "
+                             "cluster gets temporary certificates unless --tls-ca/--tls-cert/--tls-key are given)")
+    parser.add_argument("--tls-ca", metavar="PEM", help="the cluster's certificate authority (implies --tls)")
+    parser.add_argument("--tls-cert", metavar="PEM", help="this client's certificate, signed by --tls-ca")
+    parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+
+
+def tls_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of :func:`local_client` that :func:`add_tls_arguments` parsed."""
+    return {"tls": bool(getattr(args, "tls", False)), "tls_ca": getattr(args, "tls_ca", None),
+            "tls_cert": getattr(args, "tls_cert", None), "tls_key": getattr(args, "tls_key", None)}

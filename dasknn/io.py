@@ -262,6 +262,8 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
             return gzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as e:
             raise DasknnError(f"corrupt or truncated gzip ({e})", path) from None
+    if path.name.endswith(".gz"):
+        raise DasknnError("not a gzip file (its first bytes are damaged, or it was never compressed)", path)
     return raw
 
 
@@ -494,6 +496,8 @@ def _write_lines(path: Path, lines: Iterable[str]) -> None:
         with opener(tmp, "wt", newline="\n") as f:
             f.writelines(lines)
         os.replace(tmp, path)
+    except OSError as e:  # no such folder, a folder in the way, a full disk: nothing is left behind
+        raise DasknnError(f"cannot write: {e.strerror or e}", path) from None
     finally:
         if tmp.exists():
             tmp.unlink()

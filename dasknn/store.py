@@ -294,6 +294,8 @@ def write_inputs(
                              compressors=_codecs(), config=_WRITE_ALL)
         if t.size:
             arr[:] = t
+        # the count kept apart from the array's metadata: a shrunken shape would otherwise drop categories unseen
+        g.attrs[f"{name}_count"] = int(t.size)
 
 
 def write_network(
@@ -444,6 +446,9 @@ class Inputs:
             return None
         with _metadata_of(self.store):
             arr = check_array(self._root["inputs"][name], f"inputs: {name}", self.store, kinds="iu")
+        count = dict(self._root["inputs"].attrs).get(f"{name}_count")
+        if count is not None and arr.shape != (count,):
+            raise DasknnError(f"inputs: {name} holds {arr.shape} entries, its count says {count}", self.store)
         try:
             return np.asarray(arr[:], dtype=np.int64)
         except Exception as e:  # a checksum mismatch or a missing chunk
