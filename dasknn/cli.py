@@ -262,13 +262,13 @@ def check_report(path: str | os.PathLike[str] | None) -> None:
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
-    from .cluster import local_client
+    from .cluster import local_client, tls_options
 
     if args.resume and not args.results:
         raise DasknnError("--resume needs --results (the store the earlier run wrote)")
     check_report(args.report)
     with local_client(args.workers, args.threads_per_worker, args.scheduler, gpu=args.gpu,
-                      memory_limit=args.memory_limit or "auto") as client:
+                      memory_limit=args.memory_limit or "auto", **tls_options(args)) as client:
         return run_infer(args, client)
 
 
@@ -351,12 +351,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.mode == "single":
         raise DasknnError("--report records Dask tasks: use it with --mode data or model, not single")
     check_report(args.report)
-    from .cluster import local_client
+    from .cluster import local_client, tls_options
 
     # the report is drawn by the scheduler, so training runs on a cluster opened here, whose scheduler we hold
     with local_client(workers=None if args.scheduler else min(args.workers, os.cpu_count() or 1),
-                      scheduler=args.scheduler) as client, performance_report(args.report, client):
+                      scheduler=args.scheduler, **tls_options(args)) as client, performance_report(args.report, client):
         args.scheduler = client.scheduler.address
+        if client.security is not None and client.security.require_encryption:  # --tls: connect with its files
+            sec = client.security
+            args.tls_ca, args.tls_cert, args.tls_key = sec.tls_ca_file, sec.tls_client_cert, sec.tls_client_key
         return run_train(args)
 
 
@@ -409,6 +412,9 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
     f.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
     f.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
+    from .cluster import add_tls_arguments
+
+    add_tls_arguments(f)
     f.add_argument("--stream", dest="resident", action="store_false", default=None,
                    help="data mode: read the layers from the store as they are needed instead of holding them all "
                         "(out of core; the default when they take over a quarter of a worker's memory)")

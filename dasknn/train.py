@@ -1107,6 +1107,9 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--group-size", type=int, default=None, metavar="G",
                    help="hybrid mode: parts per group; the groups split each batch (default 2 where it divides)")
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler")
+    from .cluster import add_tls_arguments
+
+    add_tls_arguments(p)
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="write a checkpoint every N steps")
     p.add_argument("--checkpoint", default=None, metavar="STORE", help="the checkpoint (a Zarr group, written atomically)")
     p.add_argument("--resume", action="store_true", help="continue exactly from --checkpoint")
@@ -1125,10 +1128,12 @@ def run_train(args) -> int:
                   partition=args.partition, workers=args.workers, group_size=args.group_size,
                   checkpoint_every=args.checkpoint_every,
                   checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, bias=args.bias, init=args.init)
-    if args.mode != "single" and getattr(args, "scheduler", None):
-        from .cluster import local_client
+    tls = getattr(args, "tls", False) or getattr(args, "tls_ca", None)
+    if args.mode != "single" and (getattr(args, "scheduler", None) or tls):
+        from .cluster import local_client, tls_options
 
-        with local_client(scheduler=args.scheduler) as c:
+        with local_client(workers=None if args.scheduler else min(args.workers, os.cpu_count() or 1),
+                          scheduler=args.scheduler, **tls_options(args)) as c:
             result = train(args.network, args.data, client=c, **common)
     else:
         result = train(args.network, args.data, **common)
