@@ -344,10 +344,10 @@ def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str
 
     figures = client.submit(_probe_task, path, in_path, images, dtype, workers=[workers[0]],
                             allow_other_workers=False, pure=False).result()
-    # many small tasks at once: the cost of a task on a busy cluster, per thread
-    n = 40 * len(workers)
+    # many small tasks in one graph, as the engine submits them: the cost of a task, per thread
+    n = 100 * len(workers)
     t0 = time.perf_counter()
-    futs = [client.submit(_noop, i, workers=[workers[i % len(workers)]], pure=False) for i in range(n)]
+    futs = client.map(_noop, range(n), pure=False)
     wait(futs)
     figures["task_seconds"] = (time.perf_counter() - t0) * threads / n
     del futs
