@@ -161,39 +161,78 @@ DENSE, SPARSE, CONSTANT = 0, 1, 2
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _pack_numba(block, rows, cols, bits, values):  # pragma: no cover - compiled
-    # one pass: the nonzero bitmap (MSB first, as np.unpackbits reads it) and the nonzero values in order
-    n = 0
+def _scan_numba(block, rows, cols, whole, bits):  # pragma: no cover - compiled
+    # pass 1, without branches on the data: the nonzero bitmap (MSB first, as np.unpackbits reads it), built a
+    # byte at a time in a register; the nonzero count; the least and greatest nonzero (equal: one value)
+    width = block.shape[1] if whole else cols.size
+    zero = block.dtype.type(0)
+    big = block.dtype.type(np.inf)
+    least, most = big, -big
+    nnz = 0
     t = 0
-    constant = True
-    zero = values.dtype.type(0)
+    byte = 0
     for r in rows:
-        for c in cols:
-            v = block[r, c]
-            if v != zero:
-                bits[t >> 3] |= np.uint8(128 >> (t & 7))
-                values[n] = v
-                if v != values[0]:
-                    constant = False
-                n += 1
+        row = block[r]
+        for j in range(width):
+            v = row[j] if whole else row[cols[j]]
+            nz = v != zero
+            byte = (byte << 1) | nz
+            nnz += nz
+            least = min(least, v if nz else big)
+            most = max(most, v if nz else -big)
             t += 1
-    return n, constant
+            if (t & 7) == 0:
+                bits[(t >> 3) - 1] = byte
+                byte = 0
+    if t & 7:
+        bits[t >> 3] = byte << (8 - (t & 7))
+    return nnz, least, most
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _gather_numba(block, rows, cols, whole, values):  # pragma: no cover - compiled
+    # pass 2, only when the values differ: the nonzeros in bitmap order
+    width = block.shape[1] if whole else cols.size
+    zero = block.dtype.type(0)
+    n = 0
+    for r in rows:
+        for j in range(width):
+            v = block[r, j] if whole else block[r, cols[j]]
+            if v != zero:
+                values[n] = v
+                n += 1
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _unpack_numba(bits, values, constant, out):  # pragma: no cover - compiled
-    rows, cols = out.shape
+    # a byte of 8 entries at a time; all-zero and all-set bytes (most, once activations saturate) skip the bits
+    count = out.size
+    flat = out.reshape(count)
+    zero = out.dtype.type(0)
+    c0 = values[0] if values.size else zero
     n = 0
     t = 0
-    zero = out.dtype.type(0)
-    for r in range(rows):
-        for c in range(cols):
-            if bits[t >> 3] & np.uint8(128 >> (t & 7)):
-                out[r, c] = values[0] if constant else values[n]
-                n += 1
+    while t < count:
+        b = bits[t >> 3]
+        if t + 8 <= count and (b == 0 or b == 255):
+            if b == 0:
+                for i in range(8):
+                    flat[t + i] = zero
+            elif constant:
+                for i in range(8):
+                    flat[t + i] = c0
             else:
-                out[r, c] = zero
-            t += 1
+                for i in range(8):
+                    flat[t + i] = values[n + i]
+                n += 8
+        else:
+            for i in range(min(8, count - t)):
+                if b & (128 >> i):
+                    flat[t + i] = c0 if constant else values[n]
+                    n += 1
+                else:
+                    flat[t + i] = zero
+        t += 8
 
 
 def pack_rows(block, rows: np.ndarray, cols: np.ndarray | None = None, compact: bool = True) -> tuple:
@@ -208,18 +247,19 @@ def pack_rows(block, rows: np.ndarray, cols: np.ndarray | None = None, compact: 
         dense = block[rows] if cols is None else block[rows][:, cols]
         return header, np.empty(0, np.uint8), dense.ravel()
     count = rows.size * width
-    bits = np.zeros((count + 7) // 8, dtype=np.uint8)
-    values = np.empty(max(count, 1), dtype=block.dtype)
-    cols_ = np.arange(width) if cols is None else cols
-    nnz, constant = _pack_numba(block, rows.astype(np.int64, copy=False), cols_.astype(np.int64, copy=False),
-                                bits, values)
+    bits = np.empty((count + 7) // 8, dtype=np.uint8)
+    rows_ = rows.astype(np.int64, copy=False)
+    cols_ = np.empty(0, np.int64) if cols is None else cols.astype(np.int64, copy=False)
+    nnz, least, most = _scan_numba(block, rows_, cols_, cols is None, bits)
     item = block.dtype.itemsize
-    if nnz and constant:
-        header[2] = CONSTANT
-        return header, bits, values[:1].copy()
+    if nnz == 0 or least == most:
+        header[2] = CONSTANT if nnz else SPARSE
+        return header, bits, np.full(1 if nnz else 0, least, dtype=block.dtype)
     if bits.nbytes + nnz * item < count * item:
         header[2] = SPARSE
-        return header, bits, values[:nnz].copy()
+        values = np.empty(nnz, dtype=block.dtype)
+        _gather_numba(block, rows_, cols_, cols is None, values)
+        return header, bits, values
     dense = block[rows] if cols is None else block[np.ix_(rows, cols)]
     return header, np.empty(0, np.uint8), np.ascontiguousarray(dense).ravel()
 
