@@ -158,6 +158,14 @@ def _segment_state(state, part: int):
     return state[part]
 
 
+def _dropped(masks: list[np.ndarray] | None) -> np.ndarray | None:
+    # the images to keep when some died since the last compaction; None when none did (nothing to copy)
+    if not masks:
+        return None
+    keep = _keep(masks)
+    return None if keep.all() else keep
+
+
 def _keep(masks: list[np.ndarray]) -> np.ndarray:
     keep = masks[0].copy()
     for m in masks[1:]:
@@ -173,7 +181,8 @@ def _send(part: list[tuple[PartLayer, Block]], k: int, q: int, block: np.ndarray
           masks: list[np.ndarray] | None, run: str, compact: bool) -> tuple:
     # the message: only the rows part q needs in layer k, only for images still alive, in its smallest form
     rows = part[k - 1][0].send[q]
-    cols = np.flatnonzero(_keep(masks)) if masks else None
+    keep = _dropped(masks)
+    cols = None if keep is None else np.flatnonzero(keep)
     msg = kernels.pack_rows(block, rows, cols, compact)
     width = block.shape[1] if cols is None else cols.size
     tally = _MESSAGES.setdefault(run, {}).setdefault(k, [0, 0])
@@ -231,8 +240,9 @@ def _exchange_log_pop(dask_scheduler, run: str) -> dict[int, int]:
 def _spmm(part: list[tuple[PartLayer, Block]], k: int, block: np.ndarray, masks: list[np.ndarray] | None,
           bias: float, ymax: float, senders: tuple[int, ...], *messages: tuple) -> np.ndarray:
     pl, (indptr, indices, data) = part[k - 1]
-    if masks:
-        block = block[:, _keep(masks)]
+    keep = _dropped(masks)
+    if keep is not None:
+        block = block[:, keep]
     # the received rows, stacked by sender, are read in place beside the block: nothing else is copied
     recv = kernels.empty_like_kind(block, (received_rows(pl), block.shape[1]))
     at = 0
