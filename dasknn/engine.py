@@ -703,14 +703,16 @@ def _check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, m
     killing and restarting them in a loop)."""
     item = np.dtype(dtype).itemsize
     biggest = max(store.layer_nnz(k) for k in range(1, store.depth + 1)) * (item + 4) + (store.neurons + 1) * 8
-    weights = store.edges * (item + 4) / g if resident else biggest * keep_layers
+    # resident weights are briefly held twice while they load (decoded arrays, then the kernel's copies):
+    # measured on a 65536 x 8 network, a worker's peak was its weights twice over plus the rest
+    weights = 2 * store.edges * (item + 4) / g if resident else biggest * keep_layers
     activations = 3 * store.neurons * width * item  # input, output and a compacted copy of a chunk
     need = weights + 2 * biggest + activations  # and a layer being decoded (compressed and decoded copies)
     if WORKER_BASE + need <= MEMORY_SHARE * memory:
         return
     mb = 1 << 20
     if resident:
-        what = f"{'its share of ' if g > 1 else ''}the weights ({weights / mb:,.0f} MiB)"
+        what = f"{'its share of ' if g > 1 else ''}the weights ({weights / 2 / mb:,.0f} MiB, twice while they load)"
         advice = "use --stream (data mode) or more workers in model mode"
     else:
         what = f"{keep_layers} layer(s) of up to {biggest / mb:,.0f} MiB each"
