@@ -150,8 +150,10 @@ def _cluster_state(client) -> dict:
             "client_fds": psutil.Process().num_fds()}
 
 
-def many_inferences(client, folder: Path, runs: int, warmup: int = 5) -> tuple[dict, dict]:
-    """Run ``runs`` small inferences on one cluster, each checked against SciPy; the state before and after."""
+def many_inferences(client, folder: Path, runs: int, warmup: int = 5, every: int = 0,
+                    samples: list | None = None) -> tuple[dict, dict]:
+    """Run ``runs`` small inferences on one cluster, each checked against SciPy; the state before and after
+    (and, with ``every``, appended to ``samples`` every ``every`` runs)."""
     from dasknn.reference import infer_categories
 
     net = generate.network(256, 6, seed=11, bias=-0.3)
@@ -165,6 +167,8 @@ def many_inferences(client, folder: Path, runs: int, warmup: int = 5) -> tuple[d
         mode = ("data", "model")[k % 2]
         got = engine.infer(path, client=client, mode=mode, partition="block", chunks=2 + k % 3, images=64)
         np.testing.assert_array_equal(got.categories, expected)
+        if every and samples is not None and (k + 1) % every == 0:
+            samples.append({"runs": k + 1, **_cluster_state(client)})
     return before, _cluster_state(client)
 
 
