@@ -299,6 +299,12 @@ def sync_layers(depth: int, sync_every: int) -> list[int]:
     return sorted(set(range(sync_every, depth + 1, sync_every)) | {depth})
 
 
+#: One Dask span for every graph this process submits. Without it each submission opens a span of its own,
+#: and every worker keeps its fine-grained metrics per span for ever (``Server.digests_total``): a long-lived
+#: cluster running many inferences would grow by about 50 KB per run.
+SPAN = {"name": ("dasknn",), "ids": (f"dasknn-{uuid.uuid4()}",)}
+
+
 class _Graph:
     """A task graph whose keys are pinned to workers: one HighLevelGraph layer per worker."""
 
@@ -317,7 +323,8 @@ class _Graph:
     def submit(self, client, keys: list[str]) -> list:
         from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
-        layers = {f"w{i}-{self.run}": MaterializedLayer(d, annotations={"workers": [w], "allow_other_workers": False})
+        layers = {f"w{i}-{self.run}": MaterializedLayer(d, annotations={"workers": [w], "allow_other_workers": False,
+                                                                         "span": SPAN})
                   for i, (w, d) in enumerate(self.by_worker.items())}
         deps = {name: set(layers) - {name} for name in layers}
         return client.get(HighLevelGraph(layers, deps), keys, sync=False)
