@@ -533,15 +533,12 @@ def run_guarded(func, *args) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    try:
+
+    def run() -> int:
         args = build_parser().parse_args(argv)
-        return int(args.func(args) or 0)
-    except DasknnError as e:
-        print(f"dasknn: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("dasknn: interrupted; nothing partial was kept", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return args.func(args)
+
+    return run_guarded(run)
 
 
 if __name__ == "__main__":  # pragma: no cover
