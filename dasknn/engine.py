@@ -147,7 +147,7 @@ def _run_segment(weights: list[Block] | tuple, yt: np.ndarray, ids: np.ndarray |
     return ids
 
 
-def _rows_of(yt) -> "sp.csr_matrix":
+def _rows_of(yt):
     # final activations (neurons x images, dense, maybe on a GPU) as sparse rows, one per image
     import scipy.sparse as sp
 
@@ -424,31 +424,6 @@ def _predict(client, workers: list[str], threads: int, store, path: str, in_path
     return cal, out
 
 
-def choose_group_size(weight_bytes: int, worker_memory: float, workers: int) -> int:
-    """The smallest group of workers whose share of the weights fits in :data:`WEIGHTS_SHARE` of a worker's
-    memory: 1 (data mode) when the whole network fits, all workers (model mode) when nothing smaller does."""
-    for g in range(1, workers + 1):
-        if workers % g == 0 and weight_bytes / g <= WEIGHTS_SHARE * worker_memory:
-            return g
-    return workers
-
-
-def choose_mode(weight_bytes: int, worker_memory: float, workers: int, resident: bool | None = None,
-                group_size: int | None = None) -> tuple[str, int]:
-    """What ``--mode auto`` runs, by sizes alone: ``(mode, group size)``.
-
-    Data mode when the whole network fits in a worker (or when streaming is asked for); else the smallest groups
-    whose share of the weights fits (model or hybrid mode); and when no share fits, data mode streaming the layers.
-    """
-    if resident is False:
-        group_size = 1  # streaming is data mode
-    elif group_size is None:
-        group_size = choose_group_size(weight_bytes, worker_memory, workers)
-        if weight_bytes / group_size > WEIGHTS_SHARE * worker_memory:
-            group_size = 1
-    return ("data" if group_size == 1 else "model" if group_size == workers else "hybrid"), group_size
-
-
 def _check_mode(mode: str, workers: int, group_size: int | None) -> int:
     if mode not in MODES:
         raise DasknnError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -529,9 +504,8 @@ def infer(
     client
         A ``distributed.Client``; a local cluster is started (and closed) when None.
     mode
-        ``"data"``, ``"model"`` or ``"hybrid"`` (see the module's description), or ``"auto"``: data mode when
-        the weights fit comfortably in every worker (:func:`choose_group_size`), else the smallest groups
-        whose share fits.
+        ``"data"``, ``"model"`` or ``"hybrid"`` (see the module's description), or ``"auto"``: the mode the
+        cost model (:mod:`dasknn.cost`) predicts fastest among those whose share of the weights fits.
     partition
         For model and hybrid modes: a method of :mod:`dasknn.partition`, a ``.npy`` owners file, or an array.
     group_size

