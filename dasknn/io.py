@@ -373,6 +373,10 @@ def _iter_tar_layers(
     try:
         with tarfile.open(path, "r:*") as tar:
             members = tar.getmembers()
+            # tarfile stops at the end-of-archive blocks, before gzip's trailer: read on to the end of the stream
+            # so gzip checks its CRC (the index pass has already decompressed all the rest, so this is cheap)
+            while tar.fileobj.read(1 << 20):
+                pass
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
         raise DasknnError(f"corrupt or truncated archive ({e})", path) from None
     found: dict[int, str] = {}
