@@ -298,7 +298,7 @@ def run_infer(args: argparse.Namespace, client) -> int:
                                       backend="gpu" if args.gpu else "cpu", resident=args.resident,
                                       keep_layers=args.keep_layers, results=args.results, resume=args.resume,
                                       progress=progress, messages=args.messages, explain=args.explain,
-                                      activations=args.activations)
+                                      activations=args.activations, plan_store=args.plan_store)
         finally:
             bar.close()
     cats = result.categories
@@ -319,7 +319,7 @@ def run_infer(args: argparse.Namespace, client) -> int:
         "mode": result.mode, "group_size": result.group_size, "tasks": result.tasks,
         "bytes_sent": result.bytes_sent, "plan_bytes": result.plan_bytes, "bytes_read": result.bytes_read,
         "streamed": not result.resident, "computed_chunks": len(result.computed_chunks),
-        "load_seconds": round(result.load_seconds, 3),
+        "load_seconds": round(result.load_seconds, 3), "plan_seconds": round(result.plan_seconds, 3),
         "message_bytes": sum(result.message_bytes),
         **notes,
     }
@@ -416,10 +416,14 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
 
     add_tls_arguments(f)
     f.add_argument("--stream", dest="resident", action="store_false", default=None,
-                   help="data mode: read the layers from the store as they are needed instead of holding them all "
-                        "(out of core; the default when they take over a quarter of a worker's memory)")
+                   help="read the layers (data mode) or each part's share of them (model mode) as they are needed "
+                        "instead of holding them all (out of core; the default when a worker's weights take over "
+                        "a quarter of its memory)")
     f.add_argument("--resident", dest="resident", action="store_true",
-                   help="data mode: hold every layer in every worker (the default when they fit)")
+                   help="hold every layer, or each part's share, in the workers (the default when they fit)")
+    f.add_argument("--plan-store", metavar="DIR",
+                   help="model mode with --stream: where the part plan (each part's blocks and exchange lists, "
+                        "made once per partition) is kept (default: inside the network store, under plans/)")
     f.add_argument("--keep-layers", type=int, default=2,
                    help="streaming: layers a worker holds at once, the one computing and the one read ahead (2)")
     f.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB (default: machine memory / workers)")

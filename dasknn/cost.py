@@ -6,8 +6,9 @@ differ in what they add to them and in what must fit in memory:
 * data mode: each worker holds every layer (or streams them from the store, one read of the network per chunk,
   overlapped with compute by the read-ahead), one task per chunk and segment;
 * model mode (groups of ``g`` workers, ``g`` = all workers; hybrid: fewer): each worker holds ``1/g`` of the
-  weights, but per layer and chunk packs, moves and unpacks the boundary rows the plan lists, and runs about
-  ``g + sends`` tasks instead of a share of one.
+  weights (or streams its share from a part plan, overlapped with compute as in data mode), but per layer and
+  chunk packs, moves and unpacks the boundary rows the plan lists, and runs about ``g + sends`` tasks instead of
+  a share of one.
 
 The prediction is a sum of those costs, each a size this module is given times a rate measured on the
 workers (:class:`Calibration`): kernel multiply-adds per second, message entries packed and unpacked per
@@ -163,12 +164,13 @@ def predict(
     macs = images * float(np.dot(alive, layer_nnz))
     compute = macs / (cal.kernel_rate * busy_threads)
     exchange = read = 0.0
+    if not resident:
+        # each chunk reads the whole network once (data mode), or each part its share of it (model mode): per
+        # worker, the network's bytes x chunks / workers either way; reads overlap compute, so the slower shows
+        read_total = weight_bytes * chunks / (cal.read_rate * workers)
+        read = max(0.0, read_total - compute)
     if g == 1:
         tasks = chunks * 1.0  # one segment task per chunk
-        if not resident:
-            # each chunk reads the whole network once; reads overlap compute, so the slower of the two shows
-            read_total = weight_bytes * chunks / (cal.read_rate * workers)
-            read = max(0.0, read_total - compute)
     else:
         vol = np.asarray(volumes, dtype=float)
         entries = images * float(np.dot(alive, vol))  # boundary entries crossing, all groups together
@@ -177,12 +179,10 @@ def predict(
         exchange = pack + moved / (cal.transfer_rate * workers)
         sends = float(np.count_nonzero(vol)) / depth * max(1, g * (g - 1)) if vol.size else 0.0
         tasks = chunks * depth * (g + sends + g / sync_every)
-        if not resident:
-            fits = False  # model mode holds each part's layers (streaming them is data mode's)
     task_time = tasks * cal.task_seconds / max(1, threads)
     seconds = compute + exchange + task_time + read
     mode = "data" if g == 1 else "model" if g == workers else "hybrid"
-    return Prediction(mode=mode, group_size=g, fits=bool(fits or g == 1), resident=bool(resident),
+    return Prediction(mode=mode, group_size=g, fits=bool(fits or not resident), resident=bool(resident),
                       seconds=seconds, compute=compute, exchange=exchange, tasks=task_time, read=read)
 
 

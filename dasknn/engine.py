@@ -30,11 +30,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from . import kernels
+from .partition import layer_volumes
 from .errors import DasknnError
-from .plan import PartLayer, Plan, build_plan, local_block, received_rows
-from .store import LayerStream, location, open_inputs, open_results, open_store, read_results, write_chunk_result
+from .plan import Outline, PartLayer, Plan, build_plan, layer_counts, local_block, plan_layer, received_rows
+from .store import (
+    LayerStream,
+    PartStream,
+    ReadAhead,
+    create_plan_store,
+    finish_plan_store,
+    is_url,
+    location,
+    open_inputs,
+    open_plan_store,
+    open_results,
+    open_store,
+    plan_digest,
+    read_plan_owners,
+    read_results,
+    write_chunk_result,
+    write_plan_layer,
+)
 
 MODES = ("auto", "data", "model", "hybrid")
 #: Share of a worker's memory limit its weights may take before ``auto`` spreads the layers over more workers.
@@ -58,6 +77,8 @@ class InferenceResult:
     mode: str = "data"
     group_size: int = 1
     load_seconds: float = 0.0
+    #: making the part plan a model-mode run out of core streams from (0 when one was reused or none was needed)
+    plan_seconds: float = 0.0
     tasks: int = 0
     plan_volume: list[int] = field(default_factory=list)
     bytes_sent: int = 0
@@ -116,19 +137,48 @@ def _load_images(path: str, start: int, stop: int, rows: np.ndarray | None, dtyp
     return kernels.to_device(yt if rows is None else np.ascontiguousarray(yt[rows]), backend)
 
 
-_STREAMS: dict[tuple[str, str, int], LayerStream] = {}
+_STREAMS: dict[tuple, ReadAhead] = {}
+#: Decoded bytes read by the streams this worker process has closed (so the counts survive their closing).
+_CLOSED_BYTES = [0]
 
 
-def _stream(path: str, dtype: str, keep: int) -> LayerStream:
-    # one stream per worker process and store, so consecutive tasks share its read-ahead
-    key = (path, dtype, keep)
-    if key not in _STREAMS:
-        _STREAMS[key] = LayerStream(path, dtype, keep)
-    return _STREAMS[key]
+def _stream(spec: tuple) -> ReadAhead:
+    # one stream per worker process and spec, so consecutive tasks share its read-ahead:
+    # ("stream", store, dtype, keep): whole layers (data mode); ("part", plan, q, dtype, keep): part q's blocks
+    if spec not in _STREAMS:
+        _STREAMS[spec] = LayerStream(*spec[1:]) if spec[0] == "stream" else PartStream(*spec[1:])
+    return _STREAMS[spec]
 
 
 def _stream_bytes(dask_worker) -> int:
-    return int(sum(s.bytes_read for s in _STREAMS.values()))
+    return int(sum(s.bytes_read for s in _STREAMS.values()) + _CLOSED_BYTES[0])
+
+
+def _close_streams(dask_worker) -> None:
+    # after a run: the layers a stream holds leave the worker's memory, and no stream outlives its plan
+    for spec in list(_STREAMS):
+        stream = _STREAMS.pop(spec)
+        _CLOSED_BYTES[0] += stream.bytes_read
+        stream.close()
+
+
+def _part_layer(part: list[tuple[PartLayer, Block]] | tuple, k: int) -> tuple[PartLayer, Block]:
+    # a model-mode part's layer k: held in memory (a list), or read from its part plan as it is needed
+    return part[k - 1] if isinstance(part, list) else _stream(part).layer(k)
+
+
+def _write_part_plan_layer(path: str, plan_path: str, k: int, parts: int) -> np.ndarray:
+    # one layer of a part plan: every part's lists and its block, indexed into the rows it will read
+    w = open_store(path, check="metadata").layer(k)
+    before, after = read_plan_owners(plan_path, k - 1, k + 1)
+    row = plan_layer(w, before, after, parts)
+    blocks = []
+    for q, pl in enumerate(row):
+        indptr, indices, data = local_block(w, pl, int(np.count_nonzero(before == q)))
+        rows = int(np.count_nonzero(before == q)) + received_rows(pl)
+        blocks.append(sp.csc_matrix((data, indices, indptr), shape=(rows, pl.outputs.size)))
+    write_plan_layer(plan_path, k, row, blocks)
+    return layer_counts(row)
 
 
 def _run_segment(weights: list[Block] | tuple, yt: np.ndarray, ids: np.ndarray | int, first: int, last: int,
@@ -136,7 +186,7 @@ def _run_segment(weights: list[Block] | tuple, yt: np.ndarray, ids: np.ndarray |
     # weights: resident blocks, or ("stream", path, dtype, keep) to read the layers from the store as needed
     # ids: the images' original indices, or (first segment) the chunk's first index
     ids = np.arange(ids, ids + yt.shape[1]) if isinstance(ids, int) else ids
-    layers = weights[first - 1:last] if isinstance(weights, list) else _stream(*weights[1:]).layers(first, last)
+    layers = weights[first - 1:last] if isinstance(weights, list) else _stream(weights).layers(first, last)
     yt, ids = kernels.run_layers(yt, layers, bias, ymax, ids)
     if not final:
         return yt, ids
@@ -180,7 +230,7 @@ _MESSAGES: dict[str, dict[int, list[int]]] = {}
 def _send(part: list[tuple[PartLayer, Block]], k: int, q: int, block: np.ndarray,
           masks: list[np.ndarray] | None, run: str, compact: bool) -> tuple:
     # the message: only the rows part q needs in layer k, only for images still alive, in its smallest form
-    rows = part[k - 1][0].send[q]
+    rows = _part_layer(part, k)[0].send[q]
     keep = _dropped(masks)
     cols = None if keep is None else np.flatnonzero(keep)
     msg = kernels.pack_rows(block, rows, cols, compact)
@@ -239,7 +289,7 @@ def _exchange_log_pop(dask_scheduler, run: str) -> dict[int, int]:
 
 def _spmm(part: list[tuple[PartLayer, Block]], k: int, block: np.ndarray, masks: list[np.ndarray] | None,
           bias: float, ymax: float, senders: tuple[int, ...], *messages: tuple) -> np.ndarray:
-    pl, (indptr, indices, data) = part[k - 1]
+    pl, (indptr, indices, data) = _part_layer(part, k)
     keep = _dropped(masks)
     if keep is not None:
         block = block[:, keep]
@@ -404,13 +454,14 @@ def _predict(client, workers: list[str], threads: int, store, path: str, in_path
     default_chunks = 2 * threads
 
     def one(g: int):
-        res = resident if g == 1 else True
-        n_chunks = chunks or (default_chunks if (res if res is not None else
-                                                 weight_bytes <= WEIGHTS_SHARE * memory) else threads)
+        res = resident if resident is not None else weight_bytes / g <= WEIGHTS_SHARE * memory
+        n_chunks = chunks or (default_chunks if res else threads if g == 1 else len(workers) // g)
         volumes = None
         if g > 1:
             owners = resolve_partition(path, partition, g)
-            volumes = build_plan(store.network().layers, owners).volumes()
+            # layer by layer from the store: the client never holds the network
+            volumes = np.array([layer_volumes([store.layer(k)], owners[k - 1:k + 1], parts=g)[0]
+                                for k in range(1, store.depth + 1)], dtype=np.int64)
         return predict(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
                        workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
                        volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE, sync_every=sync_every,
@@ -492,6 +543,7 @@ def infer(
     messages: str = "compact",
     explain: bool = False,
     activations: bool = False,
+    plan_store: str | os.PathLike[str] | None = None,
 ) -> InferenceResult:
     """Run batch inference of a stored network on stored inputs, on a Dask cluster.
 
@@ -525,10 +577,11 @@ def infer(
         kernel; run one worker per GPU, e.g. ``dask_cuda.LocalCUDACluster``). The kernels are chosen by the
         blocks' array type.
     resident
-        Data mode: hold every layer in each worker's memory (fast when it fits), or stream the layers from the
-        store as they are needed, at most ``keep_layers`` decoded at once with the next read ahead (out of
-        core: the weights never all load). Default: resident when the weights take at most a quarter of a
-        worker's memory.
+        Hold every layer (data mode) or every layer's share of a part (model and hybrid modes) in each worker's
+        memory (fast when it fits), or stream them from the store as they are needed, at most ``keep_layers``
+        at once with the next read ahead (out of core: the weights never all load). Default: resident when a
+        worker's weights take at most a quarter of its memory. Model mode out of core streams each part's
+        columns from a *part plan* (see ``plan_store``), so each worker reads only its share.
     keep_layers
         Layers a streaming worker holds at once (the one computing and the one being read ahead).
     results
@@ -543,6 +596,11 @@ def infer(
     activations
         Also write each chunk's final activations (the surviving images' last rows) into ``results``, chunk by
         chunk (read them with :func:`dasknn.store.read_activations`).
+    plan_store
+        Model and hybrid modes out of core: where the part plan is kept (each part's blocks of every layer,
+        indexed into the rows it reads, and its exchange lists), written by the workers once per network and
+        partition and reused after. Default: inside the network store, under ``plans/``. On a cluster of
+        several machines it must be a folder every worker can reach.
     explain
         Predict every mode's time with the cost model (:mod:`dasknn.cost`), even where ``mode`` is given; the
         predictions and the calibration are in the result.
@@ -574,7 +632,8 @@ def infer(
             return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
                          chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
                          resident=resident, keep_layers=keep_layers, results=results, resume=resume,
-                         progress=progress, messages=messages, explain=explain, activations=activations)
+                         progress=progress, messages=messages, explain=explain, activations=activations,
+                         plan_store=plan_store)
 
     info = client.scheduler_info(n_workers=-1)["workers"]
     workers = sorted(info)
@@ -599,10 +658,12 @@ def infer(
         mode, group_size = best.mode, best.group_size
         if resident is None and best.group_size == 1:
             resident = best.resident
+    g = _check_mode(mode, len(workers), group_size)
     if resident is None:
-        resident = weight_bytes / _check_mode(mode, len(workers), group_size) <= WEIGHTS_SHARE * memory
-    # streaming reads every layer once per chunk: one chunk per thread reads the least
-    bounds = chunk_bounds(count, chunks or (threads if not resident else 2 * threads))
+        resident = weight_bytes / g <= WEIGHTS_SHARE * memory
+    # streaming reads every layer once per chunk: one chunk per thread reads the least; a streaming model-mode
+    # group runs one chunk, so its parts ask for the layers in order
+    bounds = chunk_bounds(count, chunks or (2 * threads if resident else threads if g == 1 else len(workers) // g))
     done: set[int] = set()
     if results is not None:
         results = str(Path(results).resolve())
@@ -611,8 +672,9 @@ def infer(
     todo = [c for c in range(len(bounds)) if c not in done]
     job = _Job(path=path, in_path=in_path, store=store, dtype=dtype, backend=backend, resident=resident,
                keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
-               results=results, activations=activations, bounds=bounds, partition=partition, progress=progress)
-    _check_memory(store, dtype, resident, keep_layers, _check_mode(mode, len(workers), group_size), memory,
+               results=results, activations=activations, bounds=bounds, partition=partition, progress=progress,
+               plan_store=None if plan_store is None else str(Path(plan_store).resolve()))
+    _check_memory(store, dtype, resident, keep_layers, g, memory,
                   max(b - a for a, b in bounds))
 
     # a lost worker loses its blocks and the activations it held: the chunks not finished are run again on the
@@ -625,9 +687,6 @@ def infer(
         # after a loss the groups are redone: a hybrid group size the workers left no longer divide is dropped
         fitting = group_size if group_size and len(workers) % group_size == 0 else None
         g = _check_mode(mode, len(workers), fitting if passes else group_size)
-        if g > 1 and not resident:
-            raise DasknnError("model and hybrid modes hold each part's layers in memory; streaming them is for "
-                              "data mode (--mode data --stream)")
         try:
             one = _execute(client, job, workers, g, remaining)
             passes.append(one)
@@ -658,6 +717,7 @@ def infer(
         categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
         seconds=sum(p.seconds for p in passes), workers=len(workers), chunks=len(bounds),
         mode=mode, group_size=g, load_seconds=sum(p.load_seconds for p in passes),
+        plan_seconds=sum(p.plan_seconds for p in passes),
         tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),
         bytes_sent=sum(p.bytes_sent for p in passes), plan_bytes=plan_bytes,
         dense_message_bytes=per_layer[:, 0].tolist() if plan else [],
@@ -686,7 +746,7 @@ def _check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, m
     biggest = max(store.layer_nnz(k) for k in range(1, store.depth + 1)) * (item + 4) + (store.neurons + 1) * 8
     # resident weights are briefly held twice while they load (decoded arrays, then the kernel's copies):
     # measured on a 65536 x 8 network, a worker's peak was its weights twice over plus the rest
-    weights = 2 * store.edges * (item + 4) / g if resident else biggest * keep_layers
+    weights = (2 * store.edges * (item + 4) if resident else biggest * keep_layers) / g
     activations = 3 * store.neurons * width * item  # input, output and a compacted copy of a chunk
     need = weights + 2 * biggest + activations  # and a layer being decoded (compressed and decoded copies)
     if WORKER_BASE + need <= MEMORY_SHARE * memory:
@@ -696,7 +756,7 @@ def _check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, m
         what = f"{'its share of ' if g > 1 else ''}the weights ({weights / 2 / mb:,.0f} MiB, twice while they load)"
         advice = "use --stream (data mode) or more workers in model mode"
     else:
-        what = f"{keep_layers} layer(s) of up to {biggest / mb:,.0f} MiB each"
+        what = f"{keep_layers} layer(s) of up to {biggest / g / mb:,.0f} MiB each"
         advice = "use --keep-layers 1" if keep_layers > 1 else "use model mode over more workers"
     raise DasknnError(
         f"a worker's memory limit ({memory / mb:,.0f} MiB) is too small: it must hold {what} and a chunk's "
@@ -737,6 +797,7 @@ class _Job:
     bounds: list[tuple[int, int]]
     partition: object
     progress: Callable[[int, int], None] | None
+    plan_store: str | None = None
 
 
 @dataclass
@@ -744,8 +805,9 @@ class _Pass:
     """One pass over some chunks on one set of workers."""
 
     chunks: dict[int, tuple] = field(default_factory=dict)  # chunk -> (image ids, alive per sync round)
-    plan: Plan | None = None
+    plan: Outline | None = None
     group_size: int = 1
+    plan_seconds: float = 0.0  # making a part plan (model mode out of core, once per partition)
     load_seconds: float = 0.0
     seconds: float = 0.0
     tasks: int = 0
@@ -798,13 +860,26 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
     groups = [workers[i:i + g] for i in range(0, len(workers), g)]
     run = uuid.uuid4().hex[:8]
     out = _Pass(group_size=g, per_layer=np.zeros((depth, 3), dtype=np.int64))
-    plan = None
+    plan = outline = None
+    part_of: dict[str, object] = {}  # worker -> its part's layers: a future of them in memory, or a stream spec
     if g > 1:
         owners = resolve_partition(path, job.partition, g)
-        plan = build_plan(store.network().layers, owners)
+        if resident:
+            plan = build_plan(store.network().layers, owners)
+            outline = plan.outline()
+        else:
+            # out of core: each part streams its own columns from a part plan, made once per partition
+            t0 = time.perf_counter()
+            try:
+                plan_path, outline = _part_plan(client, job, owners, workers, run)
+            except _WorkersLost as lost:
+                raise _WorkersLost(lost.lost, out) from None
+            out.plan_seconds = time.perf_counter() - t0
+            for members in groups:
+                part_of.update({w: ("part", plan_path, q, dtype, job.keep_layers) for q, w in enumerate(members)})
         if not client.run_on_scheduler(_exchange_log_installed):
             client.register_plugin(_exchange_log())
-    out.plan = plan
+    out.plan = outline
 
     # phase 1, untimed: weights and inputs into the workers' memory
     t0 = time.perf_counter()
@@ -814,7 +889,7 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
     chunk_group = {c: i % len(groups) for i, c in enumerate(todo)}
     for gi, members in enumerate(groups):
         for q, w in enumerate(members):
-            if plan is None and resident:
+            if outline is None and resident:
                 weight_keys[w] = load.add(w, f"weights-w{workers.index(w)}", (_load_all_layers, path, dtype, backend))
             elif plan is not None:
                 weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (_load_part_layers, path, plan.part(q),
@@ -822,13 +897,13 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
     for i, c in enumerate(todo):
         a, b = bounds[c]
         members = groups[chunk_group[c]]
-        if plan is None:
+        if outline is None:
             w = members[(i // len(groups)) % len(members)]
             image_keys[(c, 0)] = load.add(w, f"images-c{c}", (_load_images, job.in_path, a, b, None, dtype, backend))
         else:
             for q, w in enumerate(members):
                 image_keys[(c, q)] = load.add(w, f"images-p{q}-c{c}", (_load_images, job.in_path, a, b,
-                                                                       plan.inputs_owned[q], dtype, backend))
+                                                                       outline.inputs_owned[q], dtype, backend))
     keys = list(weight_keys.values()) + list(image_keys.values())
     loaded = dict(zip(keys, load.submit(client, keys)))
     try:
@@ -836,6 +911,7 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
     except _WorkersLost as lost:
         raise _WorkersLost(lost.lost, out) from None
     out.load_seconds = time.perf_counter() - t0
+    part_of.update({w: loaded[key] for w, key in weight_keys.items()})
 
     # phase 2, timed: the inference graph, referring to the loaded blocks by their futures
     graph = _Graph(run)
@@ -844,14 +920,15 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
         a, b = bounds[c]
         members = groups[chunk_group[c]]
         res = None if job.results is None else (job.results, c, job.activations)
-        if plan is None:
+        if outline is None:
             w = members[(i // len(groups)) % len(members)]
-            weights = loaded[weight_keys[w]] if resident else ("stream", path, dtype, job.keep_layers)
+            weights = part_of[w] if resident else ("stream", path, dtype, job.keep_layers)
             key = _data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]], depth, job.segment or depth,
                               store.bias, store.ymax, res)
         else:
-            key = _model_chunk(graph, c, a, b - a, members, plan, weight_keys, image_keys, loaded, depth,
-                               job.sync_every, store.bias, store.ymax, res, job.compact)
+            key = _model_chunk(graph, c, a, b - a, members, outline, part_of,
+                               [loaded[image_keys[(c, q)]] for q in range(len(members))], depth, job.sync_every,
+                               store.bias, store.ymax, res, job.compact)
         result_keys[key] = c
     out.tasks = len(graph)
     read_before = client.run(_stream_bytes)
@@ -861,7 +938,7 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
 
     def finish(fut) -> None:
         value = fut.result()
-        out.chunks[result_keys[fut.key]] = (value, []) if plan is None else value
+        out.chunks[result_keys[fut.key]] = (value, []) if outline is None else value
         if job.progress is not None:
             job.progress(len(out.chunks), len(futures))
 
@@ -873,10 +950,11 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
     finally:
         for f in list(loaded.values()) + futures:
             f.release()  # the blocks leave the workers' memory
+        client.run(_close_streams)  # and the streamed layers
     out.seconds = time.perf_counter() - t0
     sent_after = client.run(_bytes_sent)
     out.bytes_sent = sum(sent_after[w] - sent_before.get(w, 0) for w in sent_after)
-    if plan is not None:
+    if outline is not None:
         for k, nbytes in client.run_on_scheduler(_exchange_log_pop, run=run).items():
             out.per_layer[k - 1, 2] += nbytes
     for tally in client.run(_message_tally, run).values():
@@ -884,7 +962,7 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
             out.per_layer[k - 1, :2] += (dense, sent)
     read_after = client.run(_stream_bytes)
     out.bytes_read = sum(read_after[w] - read_before.get(w, 0) for w in read_after)
-    if plan is not None:
+    if outline is not None:
         # what the plan says crosses: each layer's volume x the images alive when it runs x the item size
         itemsize = np.dtype(dtype).itemsize
         syncs = set(sync_layers(depth, job.sync_every))
@@ -892,10 +970,34 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
             width = bounds[c][1] - bounds[c][0]
             rounds = iter(alive)
             for k in range(1, depth + 1):
-                out.plan_bytes += plan.volume(k) * width * itemsize
+                out.plan_bytes += outline.volume(k) * width * itemsize
                 if k in syncs:
                     width = next(rounds)
     return out
+
+
+def _part_plan(client, job: _Job, owners: np.ndarray, workers: list[str], run: str) -> tuple[str, Outline]:
+    """The part plan for ``owners`` (each part's blocks and exchange lists, layer by layer): reused when one was
+    made for this network and partition, else written by the workers, one task per layer."""
+    path = job.plan_store
+    if path is None:
+        if is_url(job.path) or not os.access(job.path, os.W_OK):
+            raise DasknnError("model mode out of core reads each part's columns from a part plan, which cannot be "
+                              "written inside this store: give --plan-store DIR (a folder every worker can reach)",
+                              job.path)
+        path = str(Path(job.path) / "plans" / plan_digest(job.path, owners))
+    found = open_plan_store(path, job.path, owners)
+    if found is None:
+        create_plan_store(path, job.path, owners)
+        parts = int(owners.max()) + 1
+        tasks = _Graph(run)
+        keys = [tasks.add(workers[(k - 1) % len(workers)], f"plan-l{k}",
+                          (_write_part_plan_layer, job.path, path, k, parts)) for k in range(1, len(owners))]
+        futures = tasks.submit(client, keys)
+        _watch(client, futures, workers, lambda f: None)
+        finish_plan_store(path, np.stack([f.result() for f in futures]))
+        found = open_plan_store(path, job.path, owners)
+    return path, Outline.from_owners(owners, found.counts())
 
 
 def _data_chunk(graph: _Graph, c: int, start: int, w: str, weights, images, depth: int, segment: int, bias: float,
@@ -914,17 +1016,16 @@ def _data_chunk(graph: _Graph, c: int, start: int, w: str, weights, images, dept
     return key
 
 
-def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[str], plan: Plan,
-                 weight_keys: dict[str, str], image_keys: dict[tuple[int, int], str], loaded: dict,
-                 depth: int, sync_every: int, bias: float, ymax: float, results: tuple | None,
-                 compact: bool) -> str:
+def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[str], plan: Outline,
+                 part_of: dict[str, object], images: list, depth: int, sync_every: int, bias: float, ymax: float,
+                 results: tuple | None, compact: bool) -> str:
+    # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures)
     parts = len(members)
     syncs = set(sync_layers(depth, sync_every))
-    blocks = [loaded[image_keys[(c, q)]] for q in range(parts)]  # futures, then keys of spmm tasks
+    blocks = list(images)  # futures, then keys of spmm tasks
     masks = None  # keys of the alive masks of the last sync layer, if compaction is pending
     rounds = []
     for k in range(1, depth + 1):
-        layer = plan.layers[k - 1]
         mask_args = None if masks is None else _refs(masks)
 
         def ref(x):
@@ -932,16 +1033,16 @@ def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[st
 
         sends: dict[tuple[int, int], str] = {}
         for p in range(parts):
-            for q in layer[p].send:
+            for q in plan.receivers(k, p):
                 sends[(p, q)] = graph.add(members[p], f"send-l{k}-p{p}-to{q}-c{c}",
-                                          (_send, loaded[weight_keys[members[p]]], k, q, ref(blocks[p]), mask_args,
-                                           graph.run, compact))
+                                          (_send, part_of[members[p]], k, q, ref(blocks[p]), mask_args, graph.run,
+                                           compact))
         new_blocks = []
         for q in range(parts):
-            senders = tuple(sorted(layer[q].recv))
+            senders = plan.senders(k, q)
             new_blocks.append(graph.add(
                 members[q], f"spmm-l{k}-p{q}-c{c}",
-                (_spmm, loaded[weight_keys[members[q]]], k, ref(blocks[q]), mask_args, bias, ymax, senders,
+                (_spmm, part_of[members[q]], k, ref(blocks[q]), mask_args, bias, ymax, senders,
                  *(_ref(sends[(p, q)]) for p in senders))))
         blocks = new_blocks
         masks = None
@@ -950,5 +1051,5 @@ def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[st
             rounds.append(_refs(masks))
     finals = last = None
     if results is not None and results[2]:
-        finals, last = (plan.neurons, [pl.outputs for pl in plan.layers[-1]]), _refs(blocks)
+        finals, last = (plan.neurons, plan.last_outputs), _refs(blocks)
     return graph.add(members[0], f"categories-c{c}", (_categories, start, count, results, finals, last, *rounds))

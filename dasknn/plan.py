@@ -56,6 +56,58 @@ class Plan:
         return [layer[q] for layer in self.layers]
 
 
+    def outline(self) -> Outline:
+        """What the client needs of this plan to build the task graph."""
+        return Outline(parts=self.parts, neurons=self.neurons, inputs_owned=self.inputs_owned,
+                       counts=np.stack([layer_counts(row) for row in self.layers]),
+                       last_outputs=[pl.outputs for pl in self.layers[-1]])
+
+
+@dataclass
+class Outline:
+    """A plan without its per-neuron lists: what the client needs to build the task graph (who sends to whom in
+    each layer, how many entries), whether the lists are in its memory (:class:`Plan`) or in a part plan store
+    that the workers read as they go (out of core)."""
+
+    parts: int
+    neurons: int
+    inputs_owned: list[np.ndarray]  # per part: the input pixels it holds before layer 1
+    counts: np.ndarray  # (L, parts, parts): entries part p sends part q in layer k, at counts[k - 1, p, q]
+    last_outputs: list[np.ndarray]  # per part: the neurons it holds after the last layer
+
+    @classmethod
+    def from_owners(cls, owners: np.ndarray, counts: np.ndarray) -> Outline:
+        """The outline of the plan for ``owners`` whose exchange counts are ``counts``."""
+        parts = int(owners.max()) + 1
+        return cls(parts=parts, neurons=owners.shape[1], inputs_owned=[_owned(owners[0], q) for q in range(parts)],
+                   counts=counts, last_outputs=[_owned(owners[-1], q) for q in range(parts)])
+
+    def senders(self, k: int, q: int) -> tuple[int, ...]:
+        """Parts that send to part ``q`` in layer ``k``, ascending (the order ``q`` stacks their rows)."""
+        return tuple(int(p) for p in np.flatnonzero(self.counts[k - 1, :, q]))
+
+    def receivers(self, k: int, p: int) -> tuple[int, ...]:
+        """Parts that part ``p`` sends to in layer ``k``."""
+        return tuple(int(q) for q in np.flatnonzero(self.counts[k - 1, p, :]))
+
+    def volume(self, k: int) -> int:
+        """Entries (neuron values per image) sent between parts in layer ``k``."""
+        return int(self.counts[k - 1].sum())
+
+    def volumes(self) -> np.ndarray:
+        """Per-layer volumes, layer 1 first."""
+        return self.counts.sum(axis=(1, 2)).astype(np.int64)
+
+
+def layer_counts(row: Sequence[PartLayer]) -> np.ndarray:
+    """``counts[p, q]``: entries part ``p`` sends part ``q`` in one layer (``row``: every part's PartLayer)."""
+    counts = np.zeros((len(row), len(row)), dtype=np.int64)
+    for p, pl in enumerate(row):
+        for q, rows in pl.send.items():
+            counts[p, q] = rows.size
+    return counts
+
+
 def _owned(row: np.ndarray, q: int) -> np.ndarray:
     return np.flatnonzero(row == q).astype(np.int64)
 
@@ -64,6 +116,27 @@ def needed_inputs(w: sp.csc_matrix, outputs: np.ndarray) -> np.ndarray:
     """Sorted input neurons with a nonzero in any of the ``outputs`` columns of ``w``."""
     cols = w[:, outputs] if outputs.size else w[:, :0]
     return np.unique(cols.indices).astype(np.int64)
+
+
+def plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, parts: int) -> list[PartLayer]:
+    """Every part's :class:`PartLayer` for one layer ``w``, from the owners of its inputs (``before``, row
+    ``k - 1`` of the owners array) and of its outputs (``after``, row ``k``)."""
+    w = sp.csc_matrix(w)
+    prev_out = [_owned(before, q) for q in range(parts)]
+    row: list[PartLayer] = []
+    for q in range(parts):
+        outputs = _owned(after, q)
+        need = needed_inputs(w, outputs)
+        holder = before[need]
+        mine = holder == q
+        local = (np.flatnonzero(mine), np.searchsorted(prev_out[q], need[mine]))
+        recv = {int(p): np.flatnonzero(holder == p) for p in np.unique(holder[~mine])}
+        row.append(PartLayer(outputs=outputs, inputs=need, local=local, recv=recv))
+    for q, pl in enumerate(row):
+        for p, dst in pl.recv.items():
+            # part p sends, in q's order, the rows of its previous block that hold those inputs
+            row[p].send[q] = np.searchsorted(prev_out[p], pl.inputs[dst])
+    return row
 
 
 def build_plan(layers: Sequence[sp.spmatrix], owners: np.ndarray) -> Plan:
@@ -78,27 +151,8 @@ def build_plan(layers: Sequence[sp.spmatrix], owners: np.ndarray) -> Plan:
     """
     owners = np.asarray(owners)
     parts = int(owners.max()) + 1
-    neurons = owners.shape[1]
-    prev_out = [_owned(owners[0], q) for q in range(parts)]
-    plan_layers: list[list[PartLayer]] = []
-    for k, w in enumerate(layers, start=1):
-        w = sp.csc_matrix(w)
-        outs = [_owned(owners[k], q) for q in range(parts)]
-        row: list[PartLayer] = []
-        for q in range(parts):
-            need = needed_inputs(w, outs[q])
-            holder = owners[k - 1][need]
-            mine = holder == q
-            local = (np.flatnonzero(mine), np.searchsorted(prev_out[q], need[mine]))
-            recv = {int(p): np.flatnonzero(holder == p) for p in np.unique(holder[~mine])}
-            row.append(PartLayer(outputs=outs[q], inputs=need, local=local, recv=recv))
-        for q, pl in enumerate(row):
-            for p, dst in pl.recv.items():
-                # part p sends, in q's order, the rows of its previous block that hold those inputs
-                row[p].send[q] = np.searchsorted(prev_out[p], pl.inputs[dst])
-        plan_layers.append(row)
-        prev_out = outs
-    return Plan(parts=parts, neurons=neurons, inputs_owned=[_owned(owners[0], q) for q in range(parts)],
+    plan_layers = [plan_layer(w, owners[k - 1], owners[k], parts) for k, w in enumerate(layers, start=1)]
+    return Plan(parts=parts, neurons=owners.shape[1], inputs_owned=[_owned(owners[0], q) for q in range(parts)],
                 layers=plan_layers)
 
 

@@ -11,6 +11,8 @@ Layout of a store (a Zarr v3 group)::
       inputs/                       optional: the images as a binsparse CSR matrix (images x N), chunked by images
         truth          (c,)  int64     optional: 0-based indices of the images the truth says are categories
       partitions/...                written by later stages
+      plans/DIGEST/                 part plans (model mode out of core): per layer l{k} and part p{q}, the part's
+                                    block (binsparse CSC over the rows it reads) and its exchange lists
 
 Why CSC of the challenge's ``W`` (that is, CSR of ``W^T``, the seed paper's row-wise orientation): everything
 output neuron ``j`` needs is one contiguous run of entries, so a block of output neurons, the unit a worker owns,
@@ -25,13 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import itertools
 import math
 import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -558,7 +561,8 @@ class NetworkStore:
 
             fs, root = fsspec.core.url_to_fs(str(self.path))
             return int(fs.du(root))
-        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+        plans = self.path / "plans"  # derived data, not the network
+        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file() and plans not in f.parents)
 
 
 def open_inputs(path: str | os.PathLike[str], check: str = "metadata") -> Inputs:
@@ -672,43 +676,168 @@ def load_partition(path: str | os.PathLike[str], name: str) -> tuple[np.ndarray,
     return owners, dict(dict(root[group].attrs).get("report", {}))
 
 
+# --- part plans: each part's blocks and exchange lists, layer by layer (model mode out of core) ----------------
+
+PLAN_FORMAT = "dasknn-part-plan"
+
+
+def plan_digest(network: str, owners: np.ndarray) -> str:
+    """A name for the part plan of ``network`` under ``owners`` (the same network and owners, the same name)."""
+    h = hashlib.sha256(str(network).encode())
+    h.update(np.ascontiguousarray(owners, dtype=np.int32).tobytes())
+    return h.hexdigest()[:16]
+
+
+def create_plan_store(path: str | os.PathLike[str], network: str, owners: np.ndarray) -> None:
+    """Start an empty part plan store for ``network`` partitioned by ``owners`` (layers are added by
+    :func:`write_plan_layer`, then :func:`finish_plan_store` marks it complete)."""
+    path = Path(path)
+    if path.exists():
+        shutil.rmtree(path)
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    # a row per chunk: the task that writes layer k reads rows k - 1 and k only
+    arr = root.create_array("owners", shape=owners.shape, chunks=(1, owners.shape[1]), dtype=np.int32,
+                            compressors=_codecs(), config=_WRITE_ALL)
+    arr[:] = owners.astype(np.int32)
+    root.attrs["dasknn"] = {"format": PLAN_FORMAT, "version": VERSION, "network": str(network),
+                            "digest": plan_digest(network, owners), "layers": int(owners.shape[0] - 1),
+                            "neurons": int(owners.shape[1]), "parts": int(owners.max()) + 1, "complete": False}
+
+
+def read_plan_owners(path: str | os.PathLike[str], start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of the owners of a part plan (complete or being written)."""
+    root = zarr.open_group(location(path), mode="r", zarr_format=3)
+    return np.asarray(check_array(root["owners"], "owners", location(path), "iu")[start:stop])
+
+
+#: The lists of a PartLayer, in the order they are packed into one array per part and layer.
+_LISTS = ("outputs", "inputs", "local_dst", "local_src")
+
+
+def write_plan_layer(path: str | os.PathLike[str], k: int, row: list, blocks: list[sp.csc_matrix]) -> None:
+    """Write layer ``k`` of a part plan: every part's :class:`~dasknn.plan.PartLayer` (``row``) and its block
+    of the layer, indexed into the rows it reads (``blocks``, from :func:`dasknn.plan.local_block`)."""
+    root = zarr.open_group(Path(path), mode="r+", zarr_format=3)
+    layer = root.require_group(f"l{k}")
+    for q, (pl, block) in enumerate(zip(row, blocks)):
+        g = layer.require_group(f"p{q}")
+        lists = [pl.outputs, pl.inputs, pl.local[0], pl.local[1]]
+        lists += [pl.recv[p] for p in sorted(pl.recv)] + [pl.send[p] for p in sorted(pl.send)]
+        flat = np.concatenate([np.asarray(a, dtype=np.int64) for a in lists])
+        arr = g.create_array("lists", shape=flat.shape, chunks=(max(1, flat.size),), dtype=np.int64,
+                             compressors=_codecs(), config=_WRITE_ALL, overwrite=True)
+        if flat.size:
+            arr[:] = flat
+        _write_sparse(g.require_group("block"), "CSC", block)
+        g.attrs["lists"] = {"sizes": [int(np.asarray(a).size) for a in lists],
+                            "recv": sorted(int(p) for p in pl.recv), "send": sorted(int(p) for p in pl.send)}
+    layer.attrs["complete"] = True
+
+
+def finish_plan_store(path: str | os.PathLike[str], counts: np.ndarray) -> None:
+    """Mark a part plan complete, with its exchange counts ``(L, parts, parts)``, once every layer is written."""
+    root = zarr.open_group(Path(path), mode="r+", zarr_format=3)
+    arr = root.create_array("counts", shape=counts.shape, chunks=counts.shape, dtype=np.int64, compressors=_codecs(),
+                            config=_WRITE_ALL, overwrite=True)
+    arr[:] = counts
+    root.attrs["dasknn"] = {**dict(root.attrs)["dasknn"], "complete": True}
+
+
+class PlanStore:
+    """A part plan opened for reading: what each part of a model-mode run reads, layer by layer, instead of the
+    whole layer (its own columns, already indexed into the rows it reads, and its exchange lists)."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = location(path)
+        self.root, attrs = _open_root(self.path, (PLAN_FORMAT,))
+        try:
+            self.parts, self.depth, self.neurons = int(attrs["parts"]), int(attrs["layers"]), int(attrs["neurons"])
+            self.network, self.digest = str(attrs["network"]), str(attrs["digest"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise DasknnError(f"part plan attributes are damaged ({e})", self.path) from None
+
+    def owners(self) -> np.ndarray:
+        """The partition the plan was made for."""
+        return np.asarray(check_array(self.root["owners"], "owners", self.path, "iu")[:])
+
+    def counts(self) -> np.ndarray:
+        """``(L, parts, parts)``: entries part p sends part q in layer k, at ``[k - 1, p, q]``."""
+        return np.asarray(check_array(self.root["counts"], "counts", self.path, "iu")[:])
+
+    def part_layer(self, q: int, k: int, dtype: str | np.dtype) -> tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Part ``q``'s PartLayer and block (CSC raw arrays, values as ``dtype``) in layer ``k``."""
+        from .plan import PartLayer
+
+        label = f"part plan layer {k} part {q}"
+        try:
+            g = self.root[f"l{k}/p{q}"]
+            desc = dict(g.attrs)["lists"]
+            sizes, recv, send = list(desc["sizes"]), list(desc["recv"]), list(desc["send"])
+            flat = np.asarray(check_array(g["lists"], f"{label}: lists", self.path, "iu")[:], dtype=np.int64)
+            shape = tuple(dict(g["block"].attrs)["binsparse"]["shape"])
+        except DasknnError:
+            raise
+        except Exception as e:  # a missing group or chunk, damaged metadata, a checksum
+            raise DasknnError(f"{label}: missing or damaged ({type(e).__name__}: {e})", self.path) from None
+        if len(sizes) != len(_LISTS) + len(recv) + len(send) or sum(sizes) != flat.size:
+            raise DasknnError(f"{label}: its lists do not match their sizes", self.path)
+        lists = np.split(flat, np.cumsum(sizes)[:-1])
+        pl = PartLayer(outputs=lists[0], inputs=lists[1], local=(lists[2], lists[3]),
+                       recv=dict(zip(recv, lists[4:4 + len(recv)])), send=dict(zip(send, lists[4 + len(recv):])))
+        block = _Sparse.open(g, "block", "CSC", shape, f"{label}: block", self.path)
+        indptr, indices, data = block.read(0, shape[1])
+        return pl, (indptr, indices, data.astype(dtype, copy=False))
+
+
+def open_plan_store(path: str | os.PathLike[str], network: str, owners: np.ndarray) -> PlanStore | None:
+    """The complete part plan at ``path`` if it was made for ``network`` and ``owners``; None otherwise."""
+    try:
+        plan = PlanStore(path)
+    except DasknnError:
+        return None
+    if plan.digest != plan_digest(network, owners):
+        return None
+    return plan
+
+
 # --- streaming layers (out of core) --------------------------------------------------------------------------
 
 
-class LayerStream:
-    """A store's layers read as they are needed, with at most ``keep`` decoded at once and the next one read
+class ReadAhead:
+    """Layers ``1..depth`` read as they are needed, with at most ``keep`` in memory at once and the next one read
     ahead in a background thread while the current one computes.
 
-    This is what lets a worker run a network larger than its memory: the weights never all load. ``bytes_read``
-    counts the decoded bytes read from the store.
+    This is what lets a worker run a network larger than its memory: the weights never all load. ``read(k)``
+    returns layer ``k``; ``bytes_read`` adds up ``nbytes`` of what was read.
     """
 
-    def __init__(self, path: str | os.PathLike[str], dtype: str, keep: int = 2):
+    def __init__(self, read: Callable[[int], Any], depth: int, keep: int = 2,
+                 nbytes: Callable[[Any], int] = lambda arrays: sum(a.nbytes for a in arrays)):
         from concurrent.futures import ThreadPoolExecutor
 
         if keep < 1:
             raise DasknnError("--keep-layers must be at least 1")
-        self.store = open_store(path, check="metadata")
-        self.dtype = np.dtype(dtype)
+        self.depth = depth
         self.keep = keep
         self.bytes_read = 0
-        self._cache: dict[int, Any] = {}  # layer -> Future of (indptr, indices, data)
+        self._reader = read
+        self._nbytes = nbytes
+        self._cache: dict[int, Any] = {}  # layer -> Future of what read(k) returns
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dasknn-prefetch")
         self._lock = threading.Lock()
 
-    def _read(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        w = self.store.layer(k)
-        out = (w.indptr, w.indices, w.data.astype(self.dtype, copy=False))
+    def _read(self, k: int) -> Any:
+        out = self._reader(k)
         with self._lock:
-            self.bytes_read += sum(a.nbytes for a in out)
+            self.bytes_read += self._nbytes(out)
         return out
 
     def _request(self, k: int) -> None:
-        if 1 <= k <= self.store.depth and k not in self._cache:
+        if 1 <= k <= self.depth and k not in self._cache:
             self._cache[k] = self._pool.submit(self._read, k)
 
-    def layer(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Layer ``k`` (1-based) as CSC raw arrays; starts reading ``k + 1`` in the background."""
+    def layer(self, k: int) -> Any:
+        """Layer ``k`` (1-based); starts reading ``k + 1`` in the background."""
         self._request(k)
         fut = self._cache[k]
         # drop everything but the layer in hand and the one being read ahead
@@ -718,7 +847,7 @@ class LayerStream:
             self._request(k + 1)
         return fut.result()
 
-    def layers(self, first: int, last: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def layers(self, first: int, last: int) -> Iterator[Any]:
         """Layers ``first..last`` in order."""
         for k in range(first, last + 1):
             yield self.layer(k)
@@ -726,6 +855,29 @@ class LayerStream:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._cache.clear()
+
+
+class LayerStream(ReadAhead):
+    """A store's layers, whole, as CSC raw arrays ``(indptr, indices, data)`` with values as ``dtype`` (data mode)."""
+
+    def __init__(self, path: str | os.PathLike[str], dtype: str, keep: int = 2):
+        self.store = open_store(path, check="metadata")
+        self.dtype = np.dtype(dtype)
+        super().__init__(self._layer, self.store.depth, keep)
+
+    def _layer(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        w = self.store.layer(k)
+        return w.indptr, w.indices, w.data.astype(self.dtype, copy=False)
+
+
+class PartStream(ReadAhead):
+    """One part's layers from a part plan, as ``(PartLayer, (indptr, indices, data))`` (model mode): a part reads
+    its own columns only."""
+
+    def __init__(self, path: str | os.PathLike[str], part: int, dtype: str, keep: int = 2):
+        self.plan = PlanStore(path)
+        super().__init__(lambda k: self.plan.part_layer(part, k, dtype), self.plan.depth, keep,
+                         nbytes=lambda out: sum(a.nbytes for a in out[1]))
 
 
 # --- results written chunk by chunk (resumable runs) -----------------------------------------------------------

@@ -43,6 +43,21 @@ def test_infer_store_float32_and_batch(slice_store, capsys):
     assert report["images"] == 400 and report["mismatched"] <= 5 and report["workers"] == 1
 
 
+def test_infer_model_mode_out_of_core(slice_store, capsys, tmp_path):
+    argv = ["infer", "--network", str(slice_store), "--mode", "model", "--partition", "block", "--stream",
+            "--plan-store", str(tmp_path / "plan"), "--workers", "2", "--dtype", "float64", "--json"]
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["matches_truth"] is True and report["streamed"] is True and report["mode"] == "model"
+    assert report["plan_seconds"] > 0 and (tmp_path / "plan" / "counts").is_dir()
+    # reused: the second run makes no plan and reads the same share
+    code, out, err = run(argv, capsys)
+    again = json.loads(out)
+    assert code == 0 and again["matches_truth"] is True and again["bytes_read"] == report["bytes_read"]
+    assert again["plan_seconds"] < report["plan_seconds"]
+
+
 def test_infer_human_output(slice_store, capsys):
     code, out, _ = run(["infer", "--network", str(slice_store), "--dtype", "float64", "--workers", "1"], capsys)
     assert code == 0

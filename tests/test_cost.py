@@ -48,9 +48,25 @@ def test_what_does_not_fit_is_not_chosen():
     assert not d.resident and d.read > 0 and d.fits
     assert m.fits  # half the weights fit
     assert cost.cheapest([d, m]) is m
+    # held in memory where it does not fit: never chosen
     tiny = dict(memory=1_000)
-    d, m = _predict(_cal(), 1, **tiny), _predict(_cal(), 2, **tiny)
+    d, m = _predict(_cal(), 1, **tiny), _predict(_cal(), 2, resident=True, **tiny)
     assert not m.fits and cost.cheapest([d, m]) is d
+
+
+def test_streaming_model_mode_reads_each_parts_share():
+    # neither fits: data mode streams the network once per chunk on each worker (2 chunks over 2 workers), model
+    # mode's one chunk has each of the 2 parts read half of it
+    tiny, slow = dict(memory=1_000), _cal(read_rate=1e3)
+    d, m = _predict(slow, 1, chunks=2, **tiny), _predict(slow, 2, chunks=1, **tiny)
+    assert d.fits and m.fits and not d.resident and not m.resident
+    assert d.read == pytest.approx(24_000 * 2 / (1e3 * 2) - d.compute)
+    assert m.read == pytest.approx(24_000 / 2 / 1e3 - m.compute)
+    assert m.read < d.read
+    # slow reads: reading half the weights wins over the exchange; fast reads: it does not
+    assert cost.cheapest([d, m]) is m
+    fast = _cal(read_rate=1e12)
+    assert cost.cheapest([_predict(fast, 1, chunks=2, **tiny), _predict(fast, 2, chunks=1, **tiny)]).mode == "data"
 
 
 def test_auto_runs_what_the_model_predicts_cheapest(client, slice_store, slice_truth):

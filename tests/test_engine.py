@@ -230,6 +230,53 @@ def test_streamed_layers_match_resident(small_memory_client, slice_store, slice_
     assert result.bytes_read == result.chunks * per_pass
 
 
+@pytest.mark.parametrize("partition", ["block", "hypergraph"])
+def test_model_mode_streams_only_each_parts_share(small_memory_client, slice_store, slice_truth, tmp_path,
+                                                  partition):
+    plan_dir = tmp_path / "plan"
+    first = engine.infer(slice_store, client=small_memory_client, mode="model", partition=partition, resident=False,
+                         dtype="float64", plan_store=plan_dir)
+    np.testing.assert_array_equal(first.categories, slice_truth)
+    assert not first.resident and first.chunks == 1 and first.plan_seconds > 0
+    # each part read its own blocks of every layer once: together, about the network once, not once per worker
+    owners = np.load(_owners_file(slice_store, partition, tmp_path), allow_pickle=False)
+    found = store.open_plan_store(plan_dir, str(slice_store), owners)
+    assert found is not None
+    share = sum(a.nbytes for q in range(2) for k in range(1, 13) for a in found.part_layer(q, k, "float64")[1])
+    assert first.bytes_read == share
+    s = store.open_store(slice_store)
+    whole = sum(w.indices.nbytes + w.data.astype(np.float64).nbytes for w in s.iter_layers())
+    assert whole < share < whole * 1.1  # the indices and values once, plus each part's column pointers
+    # the same exchange as the resident run over the same partition
+    resident = engine.infer(slice_store, client=small_memory_client, mode="model", partition=owners, dtype="float64")
+    assert resident.resident and resident.plan_volume == first.plan_volume
+    assert resident.plan_bytes == first.plan_bytes
+    # the plan is made once: a second run reuses it untouched
+    stamp = (plan_dir / "zarr.json").stat().st_mtime_ns
+    again = engine.infer(slice_store, client=small_memory_client, mode="model", partition=owners, resident=False,
+                         dtype="float64", plan_store=plan_dir)
+    np.testing.assert_array_equal(again.categories, slice_truth)
+    assert (plan_dir / "zarr.json").stat().st_mtime_ns == stamp and again.bytes_read == share
+
+
+def _owners_file(store_path, method: str, tmp_path) -> str:
+    out = tmp_path / f"{method}.npy"
+    np.save(out, engine.resolve_partition(str(store_path), method, 2))
+    return str(out)
+
+
+def test_hybrid_mode_streams_and_keeps_its_plan_in_the_store(client4, slice_store, slice_truth):
+    result = engine.infer(slice_store, client=client4, mode="hybrid", group_size=2, partition="random",
+                          resident=False, dtype="float64")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    assert result.chunks == 2 and not result.resident
+    plans = list((slice_store / "plans").iterdir())
+    assert plans and all((p / "counts").is_dir() for p in plans)
+    # derived data, not the network: the store's size leaves it out
+    assert store.open_store(slice_store).nbytes_on_disk() < sum(
+        f.stat().st_size for f in slice_store.rglob("*") if f.is_file())
+
+
 def test_layer_stream_holds_at_most_two_layers(slice_store):
     stream = store.LayerStream(slice_store, "float32", keep=2)
     for k in range(1, 13):

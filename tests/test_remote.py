@@ -51,6 +51,16 @@ def test_a_store_served_over_http(client, slice_store, slice_truth, http_root):
         np.testing.assert_array_equal(result.categories, slice_truth)
 
 
+def test_model_mode_out_of_core_from_http_needs_a_plan_store(client, slice_store, slice_truth, http_root, tmp_path):
+    pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (pip install 'dasknn[remote]')")
+    url = f"{http_root}/{slice_store.name}"
+    with pytest.raises(DasknnError, match="give --plan-store DIR"):
+        engine.infer(url, client=client, mode="model", partition="block", resident=False)
+    result = engine.infer(url, client=client, mode="model", partition="block", resident=False, dtype="float64",
+                          plan_store=tmp_path / "plan")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+
+
 def test_http_errors_are_one_line(http_root, slice_store):
     pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (pip install 'dasknn[remote]')")
     with pytest.raises(DasknnError, match="no such store"):

@@ -191,3 +191,69 @@ def test_precision_is_kept(tmp_path):
     net = generate.Network([w], bias=-0.1)
     s = store.open_store(store.write_network(tmp_path / "p.zarr", net))
     assert s.layer(1).dtype == np.float64 and (s.layer(1) != w).nnz == 0
+
+
+# --- part plans (model mode out of core) ---------------------------------------------------------------------
+
+
+def _write_part_plan(net_path: Path, plan_path: Path, owners: np.ndarray) -> None:
+    from dasknn import engine
+
+    store.create_plan_store(plan_path, str(net_path), owners)
+    parts = int(owners.max()) + 1
+    # the very task the workers run, one layer at a time
+    counts = [engine._write_part_plan_layer(str(net_path), str(plan_path), k, parts) for k in range(1, len(owners))]
+    assert store.open_plan_store(plan_path, str(net_path), owners) is None  # not complete yet: never used
+    store.finish_plan_store(plan_path, np.stack(counts))
+    assert all(c.shape == (parts, parts) for c in counts)
+
+
+@pytest.mark.parametrize("method", ["block", "random"])
+@pytest.mark.parametrize("parts", [2, 3])
+def test_part_plan_reads_back_the_plan_and_blocks(small_store, tmp_path, method, parts):
+    from dasknn import partition, plan
+
+    path, net, _ = small_store
+    owners = partition.partition_network(net.layers, parts, method, seed=2)
+    _write_part_plan(path, tmp_path / "plan", owners)
+    found = store.open_plan_store(tmp_path / "plan", str(path), owners)
+    full = plan.build_plan(net.layers, owners)
+    np.testing.assert_array_equal(found.counts(), full.outline().counts)
+    np.testing.assert_array_equal(found.owners(), owners)
+    rows = [np.count_nonzero(owners[0] == q) for q in range(parts)]
+    for k, layer in enumerate(full.layers, start=1):
+        for q, want in enumerate(layer):
+            got, block = found.part_layer(q, k, "float64")
+            for name in ("outputs", "inputs"):
+                np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+            for a, b in zip(got.local, want.local):
+                np.testing.assert_array_equal(a, b)
+            for mine, theirs in ((got.recv, want.recv), (got.send, want.send)):
+                assert sorted(mine) == sorted(theirs)
+                for p in mine:
+                    np.testing.assert_array_equal(mine[p], theirs[p])
+            for a, b in zip(block, plan.local_block(net.layers[k - 1], want, rows[q])):
+                np.testing.assert_array_equal(a, b)
+            assert block[2].dtype == np.float64
+        rows = [pl.outputs.size for pl in layer]
+    # made for another network or another partition: not this plan
+    assert store.open_plan_store(tmp_path / "plan", str(path) + "x", owners) is None
+    other = owners.copy()
+    other[1] = (other[1] + 1) % parts
+    assert store.open_plan_store(tmp_path / "plan", str(path), other) is None
+
+
+def test_damaged_part_plan_is_named(small_store, tmp_path):
+    from dasknn import partition
+
+    path, net, _ = small_store
+    owners = partition.partition_network(net.layers, 2, "block")
+    _write_part_plan(path, tmp_path / "plan", owners)
+    chunk = next((tmp_path / "plan" / "l3" / "p1" / "block" / "indices_1" / "c").iterdir())
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    found = store.open_plan_store(tmp_path / "plan", str(path), owners)
+    found.part_layer(1, 2, "float32")  # the others still read
+    with pytest.raises(DasknnError, match=r"part plan layer 3 part 1: block: cannot read entries .*damaged"):
+        found.part_layer(1, 3, "float32")
