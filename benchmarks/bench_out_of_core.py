@@ -34,35 +34,33 @@ class _Rows(list):
 
 
 def peak_rss(dask_worker) -> int:
-    import resource
+    # the process's own high-water mark; not getrusage's ru_maxrss, which a spawned worker inherits from the
+    # process that started it (it survives exec: a client that had 1.6 GB made every worker report 1.6 GB)
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024  # kB
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
 
-
-def main() -> None:
-    from dask.utils import parse_bytes
-
-    from dasknn import engine, generate, reference
-    from dasknn.cluster import local_client
-    from dasknn.store import open_store
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_network_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options every out-of-core benchmark shares: the generated network, the batch, the workers."""
     ap.add_argument("--neurons", type=int, default=65536)
     ap.add_argument("--layers", type=int, default=480)
     ap.add_argument("--images", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory-limit", default="2GB")
-    ap.add_argument("--store", default=None)
-    ap.add_argument("--ramdisk", action="store_true")
-    ap.add_argument("--no-reference", action="store_true")
-    ap.add_argument("--reference-images", type=int, default=50,
-                    help="images the (single-threaded SciPy) reference checks (default 50: it is slow at this size)")
-    args = ap.parse_args()
-    print(f"dasknn out-of-core benchmark, {date.today()}, {platform.node()}, {os.cpu_count()} cores")
-    print("| what | measured |\n|---|---|", flush=True)
-    path = Path(args.store or f"bench-out/n{args.neurons}-l{args.layers}.zarr")
-    rows = _Rows()
+    ap.add_argument("--store", default=None, help="default: bench-out/n{neurons}-l{layers}.zarr")
 
+
+def network_store(args: argparse.Namespace, title: str):
+    """Start the benchmark's table (its title, date, machine) and open its store: generated once (timed), then
+    reused. Returns the store's path, the open store and the table's rows."""
+    from dasknn import generate
+    from dasknn.store import open_store
+
+    print(f"dasknn {title}, {date.today()}, {platform.node()}, {os.cpu_count()} cores")
+    print("| what | measured |\n|---|---|", flush=True)
+    rows = _Rows()
+    path = Path(args.store or f"bench-out/n{args.neurons}-l{args.layers}.zarr")
     if not (path / "zarr.json").exists():
         t0 = time.perf_counter()
         generate.write(path, args.neurons, args.layers, args.images, seed=0, overwrite=True)
@@ -70,6 +68,23 @@ def main() -> None:
     s = open_store(path, check="metadata")
     csr_bytes = s.edges * (4 + 4) + s.depth * (s.neurons + 1) * 8
     rows.append(("network", f"{s.neurons} x {s.depth}, {s.edges:.3e} nonzeros, {csr_bytes / 1e9:.1f} GB as CSR"))
+    return path, s, rows
+
+
+def main() -> None:
+    from dask.utils import parse_bytes
+
+    from dasknn import engine, reference
+    from dasknn.cluster import local_client
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_network_arguments(ap)
+    ap.add_argument("--ramdisk", action="store_true")
+    ap.add_argument("--no-reference", action="store_true")
+    ap.add_argument("--reference-images", type=int, default=50,
+                    help="images the (single-threaded SciPy) reference checks (default 50: it is slow at this size)")
+    args = ap.parse_args()
+    path, s, rows = network_store(args, "out-of-core benchmark")
     rows.append(("store on disk (zstd + crc32c)", f"{s.nbytes_on_disk() / 1e9:.2f} GB"))
 
     with local_client(workers=args.workers, memory_limit=args.memory_limit) as client:

@@ -170,7 +170,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     from .store import is_store, open_store, partition_name, save_partition
 
     if is_store(args.network):
-        layers = open_store(args.network).network().layers
+        layers = open_store(args.network).partition_layers()
     else:
         layers = io.read_network(args.network, bias=0.0).layers  # the bias plays no part in partitioning
     t0 = time.perf_counter()

@@ -35,7 +35,7 @@ import scipy.sparse as sp
 from . import kernels
 from .partition import layer_volumes
 from .errors import DasknnError
-from .plan import Outline, PartLayer, Plan, build_plan, layer_counts, local_block, plan_layer, received_rows
+from .plan import Outline, PartLayer, build_plan, layer_counts, local_block, plan_layer, received_rows
 from .store import (
     LayerStream,
     PartStream,
@@ -509,7 +509,7 @@ def resolve_partition(store_path: str, partition, parts: int, seed: int = 0) -> 
             owners = saved[0]
         else:
             t0 = time.perf_counter()
-            layers = store.network().layers
+            layers = store.partition_layers()
             owners = part_mod.partition_network(layers, parts, str(partition), seed=seed)
             report = part_mod.partition_report(layers, owners, str(partition), time.perf_counter() - t0)
             if os.access(store_path, os.W_OK):

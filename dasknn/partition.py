@@ -71,23 +71,59 @@ _MTK_THREADS = 0
 
 
 # --------------------------------------------------------------------------------------------- inputs
-def _as_layers(layers: Any) -> list[sp.csc_matrix]:
-    """Return the layers as a list of canonical CSC matrices, checking that they are square and alike."""
+def _as_layer(w: Any, k: int, shape: tuple[int, int] | None) -> sp.csc_matrix:
+    """Layer ``k`` as a canonical CSC matrix, checked to be square and of ``shape`` (layer 1's) when given."""
+    if not (sp.issparse(w) or isinstance(w, np.ndarray)):
+        raise DasknnError(f"layer {k} is a {type(w).__name__}, not a sparse matrix")
+    m = sp.csc_matrix(w)
+    if m.shape[0] != m.shape[1]:
+        raise DasknnError(f"layer {k} is {m.shape[0]} x {m.shape[1]}; layers must be square")
+    if shape is not None and m.shape != shape:
+        raise DasknnError(f"layer {k} is {m.shape[0]} x {m.shape[1]}, layer 1 is {shape[0]} x {shape[1]}")
+    if not m.has_canonical_format:
+        m = m.copy()
+        m.sum_duplicates()  # a duplicate entry is one connection, not two
+    return m
+
+
+class _LazyLayers(Sequence):
+    """Layers read one at a time from a sequence that reads them on demand (a store's, out of core): each is
+    checked as it arrives, and only the last two are kept."""
+
+    def __init__(self, source: Sequence, shape: tuple[int, int]):
+        self.source = source
+        self.shape = shape
+        self._kept: dict[int, sp.csc_matrix] = {}
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = int(i) + (len(self) if i < 0 else 0)
+        if not 0 <= i < len(self):
+            raise IndexError(i)  # how a Sequence's iteration ends
+        if i not in self._kept:
+            if len(self._kept) >= 2:
+                del self._kept[max(self._kept, key=lambda j: abs(j - i))]  # the farthest from the one asked for
+            self._kept[i] = _as_layer(self.source[i], i + 1, self.shape)
+        return self._kept[i]
+
+
+def _as_layers(layers: Any) -> Sequence[sp.csc_matrix]:
+    """Return the layers as canonical CSC matrices, checking that they are square and alike: a list, or, for a
+    sequence that reads its layers on demand (anything but a list, a tuple or a Network), a lazy view of it."""
     if hasattr(layers, "layers") and not isinstance(layers, (list, tuple)):
         layers = layers.layers  # a dasknn.network.Network
+    if not isinstance(layers, (list, tuple)) and isinstance(layers, Sequence):
+        if len(layers) == 0:
+            raise DasknnError("a network needs at least one layer")
+        first = _as_layer(layers[0], 1, None)
+        return _LazyLayers(layers, first.shape)
     out: list[sp.csc_matrix] = []
     for k, w in enumerate(layers, start=1):
-        if not (sp.issparse(w) or isinstance(w, np.ndarray)):
-            raise DasknnError(f"layer {k} is a {type(w).__name__}, not a sparse matrix")
-        m = sp.csc_matrix(w)
-        if m.shape[0] != m.shape[1]:
-            raise DasknnError(f"layer {k} is {m.shape[0]} x {m.shape[1]}; layers must be square")
-        if out and m.shape != out[0].shape:
-            raise DasknnError(f"layer {k} is {m.shape[0]} x {m.shape[1]}, layer 1 is {out[0].shape[0]} x {out[0].shape[1]}")
-        if not m.has_canonical_format:
-            m = m.copy()
-            m.sum_duplicates()  # a duplicate entry is one connection, not two
-        out.append(m)
+        out.append(_as_layer(w, k, out[0].shape if out else None))
     if not out:
         raise DasknnError("a network needs at least one layer")
     return out
@@ -314,14 +350,16 @@ def _split_by_weight(order: np.ndarray, weights: np.ndarray, parts: int) -> np.n
     return owners
 
 
-def _block(ws: list[sp.csc_matrix], parts: int) -> np.ndarray:
+def _block(ws: Sequence[sp.csc_matrix], parts: int) -> np.ndarray:
     n = ws[0].shape[0]
-    weights = np.sum([np.diff(w.indptr) for w in ws], axis=0)
+    weights = np.zeros(n, dtype=np.int64)
+    for w in ws:
+        weights += np.diff(w.indptr)
     row = _split_by_weight(np.arange(n), weights, parts)
     return np.tile(row, (len(ws) + 1, 1))
 
 
-def _random(ws: list[sp.csc_matrix], parts: int, seed: int) -> np.ndarray:
+def _random(ws: Sequence[sp.csc_matrix], parts: int, seed: int) -> np.ndarray:
     n = ws[0].shape[0]
     rng = np.random.default_rng(seed)
     owners = np.empty((len(ws) + 1, n), dtype=np.int32)
@@ -467,17 +505,28 @@ def _tile_row(row: np.ndarray, layers: int) -> np.ndarray:
 class _Layered:
     """Row-by-row partitioning with neighbouring rows fixed (the ``hypergraph-layered`` machinery)."""
 
-    def __init__(self, ws: list[sp.csc_matrix], parts: int, eps: float, seed: int, preset: str = "default"):
+    def __init__(self, ws: Sequence[sp.csc_matrix], parts: int, eps: float, seed: int, preset: str = "default"):
         self.ws = ws
         self.preset = preset
-        self.csr = [w.tocsr() for w in ws]
         self.n = ws[0].shape[0]
         self.L = len(ws)
         self.parts = parts
         self.eps = eps
         self.seed = seed
-        # Row 0 has no work; balancing it by count keeps the input pixels spread evenly.
-        self.weights = [np.ones(self.n, dtype=np.int64)] + [np.diff(w.indptr).astype(np.int64) for w in ws]
+        self._csr: dict[int, sp.csr_matrix] = {}
+
+    def csr(self, i: int) -> sp.csr_matrix:
+        """Layer ``i + 1`` as CSR; a row's solve needs at most two layers, so only the last two are kept."""
+        if i not in self._csr:
+            if len(self._csr) >= 2:
+                del self._csr[max(self._csr, key=lambda j: abs(j - i))]
+            self._csr[i] = self.ws[i].tocsr()
+        return self._csr[i]
+
+    def weight(self, r: int) -> np.ndarray:
+        """Vertex weights of row ``r``: its layer's column counts. Row 0 has no work; balancing it by count keeps
+        the input pixels spread evenly."""
+        return np.ones(self.n, dtype=np.int64) if r == 0 else np.diff(self.ws[r - 1].indptr).astype(np.int64)
 
     def row_volume(self, owners: np.ndarray, r: int, row: np.ndarray) -> int:
         """Volume of the layers row ``r`` touches (``r`` as output, ``r + 1`` as input) if row ``r`` were ``row``."""
@@ -489,7 +538,7 @@ class _Layered:
         return vol
 
     def balanced(self, r: int, row: np.ndarray) -> bool:
-        w = self.weights[r]
+        w = self.weight(r)
         load = np.bincount(row, weights=w, minlength=self.parts)
         return bool(load.max() <= _cap(float(w.sum()), self.parts, self.eps) + 1e-9)
 
@@ -500,15 +549,15 @@ class _Layered:
         fixed_rows: list[np.ndarray] = []
         offset = n
         if use_prev and r >= 1:  # layer r: fixed input i (its owner is given) and free outputs of row r
-            nets.append(_row_nets(self.csr[r - 1], offset, 0))
+            nets.append(_row_nets(self.csr(r - 1), offset, 0))
             fixed_rows.append(owners[r - 1])
             offset += n
         if use_next and r < self.L:  # layer r + 1: free input i of row r and fixed outputs of row r + 1
-            nets.append(_row_nets(self.csr[r], 0, offset))
+            nets.append(_row_nets(self.csr(r), 0, offset))
             fixed_rows.append(owners[r + 1])
             offset += n
         flat, ptr = _concat_nets(nets)
-        w = self.weights[r]
+        w = self.weight(r)
         free_w = np.maximum(w, 1)  # zero weights crash Mt-KaHyPar next to fixed vertices
         num = n * (1 + len(fixed_rows))
         if len(ptr) == 1:
@@ -527,17 +576,17 @@ class _Layered:
         n, k = self.n, self.parts
         owners = np.zeros((self.L + 1, n), dtype=np.int32)
         # Row 1 alone: nets are the consumer sets of each input (the input's own owner is chosen afterwards).
-        flat, ptr = _row_nets(self.csr[0], 0, 0, head_ids=False)
+        flat, ptr = _row_nets(self.csr(0), 0, 0, head_ids=False)
         sizes = np.diff(ptr)
         keep = np.flatnonzero(sizes >= 2)
         idx = np.concatenate([np.arange(ptr[e], ptr[e + 1]) for e in keep]) if len(keep) else np.zeros(0, np.int64)
         flat, ptr = flat[idx], np.concatenate([[0], np.cumsum(sizes[keep])]).astype(np.int64)
-        w1 = np.maximum(self.weights[1], 1)
+        w1 = np.maximum(self.weight(1), 1)
         if len(ptr) > 1:
             owners[1] = _run_mtk(n, flat, ptr, None, w1, k, self.eps, [_cap(float(w1.sum()), k, self.eps)] * k, self.seed,
                                  preset=self.preset)
         else:
-            owners[1] = _split_by_weight(np.arange(n), self.weights[1], k)
+            owners[1] = _split_by_weight(np.arange(n), self.weight(1), k)
         owners[0] = self.solve_row(owners, 0, use_prev=False, use_next=True)
         for r in range(2, self.L + 1):
             owners[r] = self.solve_row(owners, r, use_prev=True, use_next=False)
@@ -583,7 +632,7 @@ def _rebalance(row: np.ndarray, weights: np.ndarray, parts: int, cap: int) -> np
     return row
 
 
-def _layered(ws: list[sp.csc_matrix], parts: int, eps: float, seed: int, sweeps: int,
+def _layered(ws: Sequence[sp.csc_matrix], parts: int, eps: float, seed: int, sweeps: int,
              preset: str = "default") -> np.ndarray:
     lay = _Layered(ws, parts, eps, seed, preset)
     owners = lay.forward()
@@ -593,7 +642,7 @@ def _layered(ws: list[sp.csc_matrix], parts: int, eps: float, seed: int, sweeps:
         if lay.sweep(owners, order) == 0:
             break
     for r in range(1, lay.L + 1):
-        w = lay.weights[r]
+        w = lay.weight(r)
         owners[r] = _rebalance(owners[r], w, parts, _cap(float(w.sum()), parts, eps))
     return owners
 
@@ -674,7 +723,8 @@ def partition_network(
             # third in volume in less time; each sweep costs about as much as the forward pass for ~0.5 %.
             default_sweeps = 2 if method == "hypergraph-layered" else 0
             owners = _layered(ws, k, eps, seed, default_sweeps if sweeps is None else int(sweeps), preset)
-            if method == "hypergraph":
+            if method == "hypergraph" and isinstance(ws, list):
+                # (not for layers read on demand: the shared owner's hypergraph holds every layer's nets at once)
                 # some networks keep one locality through all layers (a shared owner per index then sends
                 # far less: 0.003 of random against the layered pass's 0.22 on the training benchmark's
                 # network); keep it where it is smaller and still balances every layer

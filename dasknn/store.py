@@ -34,7 +34,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -488,6 +488,22 @@ def _open_root(path: Path | str, formats: tuple[str, ...]) -> tuple[zarr.Group, 
     return root, attrs
 
 
+class _StoreLayers(Sequence):
+    def __init__(self, store: NetworkStore):
+        self.store = store
+
+    def __len__(self) -> int:
+        return self.store.depth
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        k = int(i) + 1 if i >= 0 else len(self) + int(i) + 1
+        if not 1 <= k <= len(self):
+            raise IndexError(i)  # how a Sequence's iteration ends
+        return self.store.layer(k)
+
+
 class NetworkStore:
     """A dasknn store opened for reading. Layers are numbered from 1, as in the challenge's file names.
 
@@ -546,6 +562,15 @@ class NetworkStore:
     def network(self) -> Network:
         """Read every layer into an in-memory :class:`~dasknn.network.Network`."""
         return Network(list(self.iter_layers()), self.bias, self.ymax, source=str(self.path))
+
+    def lazy_layers(self) -> Sequence[sp.csc_matrix]:
+        """The layers as a sequence that reads each one when it is indexed (``[k - 1]`` reads layer k)."""
+        return _StoreLayers(self)
+
+    def partition_layers(self) -> Sequence[sp.csc_matrix]:
+        """The layers as partitioning reads them: in memory when the network is small (up to
+        :data:`FULL_CHECK_ENTRIES` entries), else read on demand, a layer or two at a time (out of core)."""
+        return self.network().layers if self.edges <= FULL_CHECK_ENTRIES else self.lazy_layers()
 
     def check(self) -> None:
         """Read every stored array once and check it (pointers, index ranges, finite values, checksums)."""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from dasknn import generate, store
 from dasknn import partition as P
 from dasknn.errors import DasknnError
 from dasknn.network import Network
@@ -282,3 +285,42 @@ def test_default_keeps_the_smaller_of_layered_and_shared(layers: str, seed: int)
     if P.layer_imbalance(ws, shared_owners).max() <= 0.03 + 1e-12:
         candidates.append(P.layer_volumes(ws, shared_owners).sum())
     assert default == min(candidates)
+
+
+class _Counting(Sequence):
+    """Layers handed out one at a time, counting the reads."""
+
+    def __init__(self, layers):
+        self._ws, self.reads = layers, 0
+
+    def __len__(self):
+        return len(self._ws)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        self.reads += 1
+        return self._ws[i].copy()
+
+
+@pytest.mark.parametrize("method", ["block", "random", "hypergraph-layered"])
+def test_layers_read_on_demand_give_the_same_partition(tmp_path, method):
+    net = generate.network(256, 5, seed=1, bias=-0.3)
+    path = store.write_network(tmp_path / "n.zarr", net)
+    lazy = store.open_store(path).lazy_layers()
+    want = P.partition_network(net.layers, 2, method, seed=3, preset="deterministic")
+    np.testing.assert_array_equal(P.partition_network(lazy, 2, method, seed=3, preset="deterministic"), want)
+    counting = _Counting(net.layers)
+    np.testing.assert_array_equal(P.partition_network(counting, 2, method, seed=3, preset="deterministic"),
+                                  want)
+    assert counting.reads >= len(net.layers)  # read from the sequence, not copied out of it up front
+
+
+def test_default_method_on_demand_is_the_forward_pass():
+    # out of core the shared owner (every layer's nets at once) is not tried
+    net = generate.network(256, 4, seed=2, bias=-0.3)
+    got = P.partition_network(_Counting(net.layers), 2, "hypergraph", seed=1, preset="deterministic")
+    want = P.partition_network(net.layers, 2, "hypergraph-layered", sweeps=0, seed=1, preset="deterministic")
+    np.testing.assert_array_equal(got, want)
