@@ -45,6 +45,7 @@ class Calibration:
     message_factor: list[float]  # per layer: compact message bytes / dense rows bytes
     probe_layers: int  # layers the probe ran (later ones reuse the last measured figures)
     probe_images: int
+    cores: int = 0  # CPU cores of the workers' machines together (0: unknown, taken as enough to spare)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -166,9 +167,11 @@ def predict(
     exchange = read = 0.0
     if not resident:
         # each chunk reads the whole network once (data mode), or each part its share of it (model mode): per
-        # worker, the network's bytes x chunks / workers either way; reads overlap compute, so the slower shows
+        # worker, the network's bytes x chunks / workers either way. Reading is mostly decoding: the read-ahead
+        # thread hides it behind compute only on a core the kernels leave idle, else it adds to the time
         read_total = weight_bytes * chunks / (cal.read_rate * workers)
-        read = max(0.0, read_total - compute)
+        hidden = 1.0 if not cal.cores else min(1.0, max(0, cal.cores - threads) / workers)
+        read = (1.0 - hidden) * read_total + hidden * max(0.0, read_total - compute)
     if g == 1:
         tasks = chunks * 1.0  # one segment task per chunk
     else:

@@ -169,7 +169,7 @@ def _part_layer(part: list[tuple[PartLayer, Block]] | tuple, k: int) -> tuple[Pa
 
 def _write_part_plan_layer(path: str, plan_path: str, k: int, parts: int) -> np.ndarray:
     # one layer of a part plan: every part's lists and its block, indexed into the rows it will read
-    w = open_store(path, check="metadata").layer(k)
+    w = open_store(path, check="lazy").layer(k)  # the client has checked the store's metadata
     before, after = read_plan_owners(plan_path, k - 1, k + 1)
     row = plan_layer(w, before, after, parts)
     blocks = []
@@ -428,6 +428,10 @@ def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str
         rate = nbytes / (time.perf_counter() - t0)
         made.release()
     figures["transfer_rate"] = rate
+    # the cores of the workers' machines, each machine once: whether a read-ahead thread has a core to itself
+    from distributed.comm import get_address_host
+
+    figures["cores"] = int(sum({get_address_host(w): n for w, n in client.run(os.cpu_count).items()}.values()))
     return figures
 
 

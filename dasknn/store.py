@@ -529,15 +529,24 @@ class NetworkStore:
         self.source = str(attrs.get("source", ""))
         self.attrs = attrs
         n = self.neurons
+        self._layers: list[_Sparse | None] = [None] * self.depth
         with _metadata_of(self.path):
-            self._layers = [_Sparse.open(self.root, f"layers/{k}", "CSC", (n, n), f"layer {k}", self.path)
-                            for k in range(1, self.depth + 1)]
-            if sum(s.nnz for s in self._layers) != self.edges:
-                raise DasknnError("the layers' entries do not add up to the store's edge count", self.path)
+            if check != "lazy":
+                self._layers = [self._layer_meta(k) for k in range(1, self.depth + 1)]
+                if sum(s.nnz for s in self._layers) != self.edges:
+                    raise DasknnError("the layers' entries do not add up to the store's edge count", self.path)
             # by the folder, not zarr's listing: inputs whose metadata is damaged are an error, not absent
             self.inputs = Inputs(self.root, n, self.path) if _has_group(self.path, "inputs") else None
         if check == "full" or (check == "auto" and self.edges <= FULL_CHECK_ENTRIES):
             self.check()
+
+    def _layer_meta(self, k: int) -> _Sparse:
+        # opened (its metadata read and checked) once, when first needed
+        meta = self._layers[k - 1]
+        if meta is None:
+            n = self.neurons
+            meta = self._layers[k - 1] = _Sparse.open(self.root, f"layers/{k}", "CSC", (n, n), f"layer {k}", self.path)
+        return meta
 
     def layer(self, k: int) -> sp.csc_matrix:
         """Read layer ``k`` (1-based) whole, as a CSC matrix in the challenge's orientation."""
@@ -547,12 +556,12 @@ class NetworkStore:
         """Read output neurons ``start:stop`` of layer ``k``: ``W_k[:, start:stop]``, touching only their chunks."""
         if not 1 <= k <= self.depth:
             raise DasknnError(f"layer {k} is outside 1..{self.depth}", self.path)
-        ptr, idx, val = self._layers[k - 1].read(start, stop)
+        ptr, idx, val = self._layer_meta(k).read(start, stop)
         return sp.csc_matrix((val, idx, ptr), shape=(self.neurons, stop - start))
 
     def layer_nnz(self, k: int) -> int:
         """Entries of layer ``k`` (from metadata, no read)."""
-        return self._layers[k - 1].nnz
+        return self._layer_meta(k).nnz
 
     def iter_layers(self) -> Iterator[sp.csc_matrix]:
         """Yield the layers one at a time, holding one in memory."""
@@ -648,7 +657,8 @@ def open_store(path: str | os.PathLike[str], check: str = "auto") -> NetworkStor
     check
         ``"auto"`` reads and checks every value of small stores (up to :data:`FULL_CHECK_ENTRIES` entries) and
         only the metadata of larger ones, whose reads are checked as they happen; ``"full"`` always reads
-        everything; ``"metadata"`` never does.
+        everything; ``"metadata"`` never does; ``"lazy"`` reads a layer's metadata only when that layer is first
+        read (a worker's task that reads one layer of a store the client has already opened).
 
     Raises
     ------

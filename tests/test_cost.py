@@ -79,6 +79,9 @@ def test_auto_runs_what_the_model_predicts_cheapest(client, slice_store, slice_t
     cal = result.calibration
     assert cal["kernel_rate"] > 0 and cal["transfer_rate"] > 0 and cal["task_seconds"] > 0
     assert len(cal["alive"]) == cal["probe_layers"] and 0 < cal["alive"][0] <= 1
+    import os
+
+    assert cal["cores"] == os.cpu_count()  # a local cluster: one machine, counted once
 
 
 def test_explain_prints_every_prediction(slice_store, capsys):
@@ -90,3 +93,12 @@ def test_explain_prints_every_prediction(slice_store, capsys):
     assert "predicted s" in out and "data" in out and "<- ran: measured" in out
     ran = [line for line in out.splitlines() if "<- ran" in line]
     assert len(ran) == 1 and ran[0].startswith("model")
+
+
+@pytest.mark.parametrize(("cores", "hidden"), [(0, 1.0), (2, 0.0), (3, 0.5), (4, 1.0), (16, 1.0)])
+def test_reads_hide_behind_compute_only_on_spare_cores(cores, hidden):
+    # 2 workers of 1 thread: a read-ahead thread has a core of its own only where the kernels leave one
+    p = _predict(_cal(read_rate=1e3, cores=cores), 1, chunks=2, memory=1_000)
+    read_total = 24_000 * 2 / (1e3 * 2)
+    assert p.read == pytest.approx((1 - hidden) * read_total + hidden * max(0.0, read_total - p.compute))
+    assert p.seconds == pytest.approx(p.compute + p.tasks + p.read)

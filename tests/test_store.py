@@ -107,6 +107,18 @@ def test_damaged_layer_is_named(small_store, k, array, attr, damage, message):
         store.open_store(path)
 
 
+def test_lazy_open_checks_a_layer_when_it_is_read(small_store):
+    path, net, _ = small_store
+    meta = path / "layers" / "3" / "values" / "zarr.json"
+    meta.write_text(meta.read_text().replace('"float32"', '"object"', 1))
+    with pytest.raises(DasknnError, match="layer 3"):
+        store.open_store(path, check="metadata")
+    lazy = store.open_store(path, check="lazy")  # a worker's one-layer task: only what it reads is opened
+    assert (lazy.layer(2) != net.layers[1]).nnz == 0
+    with pytest.raises(DasknnError, match="layer 3"):
+        lazy.layer(3)
+
+
 def test_flipped_byte_is_caught_by_the_checksum(small_store):
     path, _, _ = small_store
     chunk = next((path / "layers" / "4" / "indices_1" / "c").iterdir())
