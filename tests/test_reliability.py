@@ -135,18 +135,26 @@ def test_client_killed_during_train_resumes_to_the_same_weights(tmp_path):
 # --- load: many small inferences on one cluster ---------------------------------------------------------------
 
 def _cluster_state(client) -> dict:
-    def worker_state():
+    """Scheduler tasks; the largest worker's RSS, open files and bounded Dask histories; the client's open files.
+
+    ``history`` is the length of the worker's profile history (one entry a second, up to
+    ``distributed.admin.low-level-log-length``), ``key_cache`` the entries of ``dask.utils.key_split``'s LRU cache
+    (one per distinct key, up to 100,000): the two things that grow in a worker running many small graphs."""
+    def worker_state(dask_worker):
         import gc
 
         import psutil
+        from dask.utils import key_split
 
         gc.collect()
         p = psutil.Process()
-        return p.memory_info().rss, p.num_fds()
+        return (p.memory_info().rss, p.num_fds(), len(dask_worker.profile_history),
+                key_split.cache_info().currsize)
 
-    per_worker = client.run(worker_state)
+    per_worker = list(client.run(worker_state).values())
     return {"tasks": client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks)),
-            "rss": max(r for r, _ in per_worker.values()), "fds": max(f for _, f in per_worker.values()),
+            "rss": max(w[0] for w in per_worker), "fds": max(w[1] for w in per_worker),
+            "history": min(w[2] for w in per_worker), "key_cache": max(w[3] for w in per_worker),
             "client_fds": psutil.Process().num_fds()}
 
 
@@ -163,12 +171,13 @@ def many_inferences(client, folder: Path, runs: int, warmup: int = 5, every: int
     for _ in range(warmup):  # imports, compiled kernels and caches settle first
         engine.infer(path, client=client, chunks=2)
     before = _cluster_state(client)
+    t0 = time.perf_counter()
     for k in range(runs):
         mode = ("data", "model")[k % 2]
         got = engine.infer(path, client=client, mode=mode, partition="block", chunks=2 + k % 3, images=64)
         np.testing.assert_array_equal(got.categories, expected)
         if every and samples is not None and (k + 1) % every == 0:
-            samples.append({"runs": k + 1, **_cluster_state(client)})
+            samples.append({"runs": k + 1, "seconds": round(time.perf_counter() - t0, 1), **_cluster_state(client)})
     return before, _cluster_state(client)
 
 
