@@ -86,7 +86,7 @@ def main() -> None:
         store = import_network(data / "neuron1024.tar.gz", Path(tmp) / "real.zarr")
         inputs = write_inputs_store(Path(tmp) / "in.zarr", images)
         with local_client(workers=args.workers) as client:
-            threads = sum(w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values())
+            threads = sum(client.nthreads().values())
             for spec in args.modes.split(","):
                 mode, _, rest = spec.partition(":")
                 part, _, messages = rest.partition(":")

@@ -639,7 +639,7 @@ def infer(
                          progress=progress, messages=messages, explain=explain, activations=activations,
                          plan_store=plan_store)
 
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    info = _workers_info(client)
     workers = sorted(info)
     if not workers:
         raise DasknnError("the Dask cluster has no workers")
@@ -769,12 +769,21 @@ def _check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, m
         f"{(WORKER_BASE + need) / MEMORY_SHARE / mb:,.0f} MiB, {advice}, or use more --chunks")
 
 
+def _workers_info(client) -> dict:
+    """Every worker's identity (address: nthreads, memory_limit, ...), asked of the scheduler now.
+
+    Not ``client.scheduler_info(n_workers=-1)``: that refreshes the client's cached identity and returns the cache,
+    which distributed's periodic refresh (every ``distributed.client.scheduler-info-interval``, 2 s, made without
+    the workers) can overwrite in between, so a cluster with workers sometimes looked empty."""
+    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
+
+
 def _await_workers(client, expected: int, timeout: float = 60.0) -> list[str]:
     """The workers after a loss: wait (up to ``timeout``) for as many as before (a nanny restarts a killed
     worker at a new address), then take what there is."""
     deadline = time.monotonic() + timeout
     while True:
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+        workers = sorted(_workers_info(client))
         if len(workers) >= expected or (workers and time.monotonic() > deadline):
             return workers
         if time.monotonic() > deadline:

@@ -306,7 +306,7 @@ def test_resume_recomputes_only_missing_chunks(client, slice_store, slice_truth,
 
 
 def test_local_cluster_listens_on_loopback_only(client):
-    info = client.scheduler_info(n_workers=-1)
+    info = client.sync(client.scheduler.identity, n_workers=-1)  # asked now, not a cached copy
     assert info["address"].startswith("tcp://127.0.0.1:")
     assert all(w.startswith("tcp://127.0.0.1:") for w in info["workers"])
     assert "127.0.0.1" in client.dashboard_link

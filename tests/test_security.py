@@ -28,7 +28,7 @@ def _listening(pid: int) -> list[str]:
 
 
 def test_scheduler_workers_and_dashboard_listen_on_loopback_only(client):
-    info = client.scheduler_info(n_workers=-1)
+    info = client.sync(client.scheduler.identity, n_workers=-1)  # asked now, not a cached copy
     assert re.fullmatch(r"tcp://127\.0\.0\.1:\d+", info["address"])
     assert info["workers"] and all(re.fullmatch(r"tcp://127\.0\.0\.1:\d+", w) for w in info["workers"])
     assert client.dashboard_link.startswith("http://127.0.0.1:")
@@ -45,7 +45,7 @@ def tls_client():
 
 
 def test_tls_cluster_computes_and_listens_on_tls_only(tls_client):
-    info = tls_client.scheduler_info(n_workers=-1)
+    info = tls_client.sync(tls_client.scheduler.identity, n_workers=-1)
     assert info["address"].startswith("tls://127.0.0.1:")
     assert all(w.startswith("tls://127.0.0.1:") for w in info["workers"])
     assert tls_client.submit(sum, [1, 2, 3]).result() == 6
