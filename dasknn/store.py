@@ -945,8 +945,7 @@ def open_results(path: str | os.PathLike[str], run: dict[str, Any], resume: bool
                 raise DasknnError(f"was written by another run ({key}: {saved.get(key)!r}, now {run.get(key)!r}); "
                                   f"choose another --results", path)
         bounds = [tuple(b) for b in saved["chunks"]]
-        done = {int(name.split("-")[1]) for name, a in root.arrays() if dict(a.attrs).get("complete")}
-        return bounds, done
+        return bounds, set(_written_chunks(root, path))
     root = zarr.open_group(path, mode="w", zarr_format=3)
     root.attrs["dasknn"] = {"format": RESULTS_FORMAT, "version": VERSION, "run": run}
     return [tuple(b) for b in run["chunks"]], set()
@@ -957,6 +956,9 @@ def write_chunk_result(path: str, chunk: int, ids: np.ndarray, activations: sp.s
     the final activations of those images (rows in the order of ``ids``) before the chunk counts as written."""
     root = zarr.open_group(path, mode="r+", zarr_format=3)
     ids = np.asarray(ids, dtype=np.int64)
+    # what a killed writer left of this chunk (maybe a half-written zarr.json zarr cannot even overwrite) goes first
+    shutil.rmtree(Path(path) / f"chunk-{chunk}", ignore_errors=True)
+    shutil.rmtree(Path(path) / "activations" / f"chunk-{chunk}", ignore_errors=True)
     if activations is not None:
         rows = sp.csr_matrix(activations)
         group = root.require_group("activations").require_group(f"chunk-{chunk}")
@@ -974,15 +976,27 @@ def write_chunk_result(path: str, chunk: int, ids: np.ndarray, activations: sp.s
     arr.attrs["complete"] = True
 
 
+def _written_chunks(root: zarr.Group, path: Path) -> dict[int, zarr.Array]:
+    """A results store's chunks whose writing finished (their ``complete`` attribute is set). A chunk whose
+    metadata a killed writer left half written is not written: it is computed again."""
+    out = {}
+    for entry in sorted(Path(path).glob("chunk-*")):
+        try:
+            c = int(entry.name.split("-")[1])
+            a = root[entry.name]
+            complete = isinstance(a, zarr.Array) and dict(a.attrs).get("complete") is True
+        except Exception:  # a truncated zarr.json, a name that is not ours
+            continue
+        if complete:
+            out[c] = a
+    return out
+
+
 def read_results(path: str | os.PathLike[str], chunks: set[int] | None = None) -> dict[int, np.ndarray]:
     """The written chunks' categories, by chunk."""
     root = zarr.open_group(Path(path), mode="r", zarr_format=3)
-    out = {}
-    for name, a in root.arrays():
-        c = int(name.split("-")[1])
-        if dict(a.attrs).get("complete") and (chunks is None or c in chunks):
-            out[c] = np.asarray(check_array(a, name, Path(path), "iu")[:], dtype=np.int64)
-    return out
+    return {c: np.asarray(check_array(a, f"chunk-{c}", Path(path), "iu")[:], dtype=np.int64)
+            for c, a in _written_chunks(root, Path(path)).items() if chunks is None or c in chunks}
 
 
 def read_activations(path: str | os.PathLike[str], images: int | None = None) -> sp.csr_matrix:

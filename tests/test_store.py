@@ -269,3 +269,19 @@ def test_damaged_part_plan_is_named(small_store, tmp_path):
     found.part_layer(1, 2, "float32")  # the others still read
     with pytest.raises(DasknnError, match=r"part plan layer 3 part 1: block: cannot read entries .*damaged"):
         found.part_layer(1, 3, "float32")
+
+
+def test_a_chunk_half_written_by_a_killed_writer_is_computed_again(tmp_path):
+    path = tmp_path / "run.zarr"
+    run = {"network": "n", "inputs": "i", "images": 30, "dtype": "float32", "chunks": [[0, 10], [10, 20], [20, 30]]}
+    store.open_results(path, run, resume=False)
+    store.write_chunk_result(str(path), 0, np.array([1, 4]))
+    store.write_chunk_result(str(path), 1, np.array([12]))
+    meta = path / "chunk-1" / "zarr.json"
+    meta.write_text(meta.read_text()[: len(meta.read_text()) // 2])  # killed while rewriting its metadata
+    (path / "chunk-2").mkdir()  # killed before anything of chunk 2 was written
+    assert set(store.read_results(path)) == {0}
+    bounds, done = store.open_results(path, run, resume=True)
+    assert done == {0} and len(bounds) == 3
+    store.write_chunk_result(str(path), 1, np.array([13, 14]))  # the rerun writes over what was left
+    np.testing.assert_array_equal(store.read_results(path)[1], [13, 14])
