@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -51,10 +53,12 @@ async def _load_page(browser: str, url: str, timeout: float = 30.0) -> tuple[lis
     from tornado.httpclient import AsyncHTTPClient
     from tornado.websocket import websocket_connect
 
-    with tempfile.TemporaryDirectory() as profile:
+    # Chromium's helper processes may still write to the profile as it closes: its whole process group is
+    # stopped, and what is left of the profile is removed without failing the test
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen([browser, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
                                  "--remote-debugging-address=127.0.0.1", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             port_file = Path(profile) / "DevToolsActivePort"  # Chromium writes its port here once it listens
             deadline = time.monotonic() + timeout
@@ -94,7 +98,8 @@ async def _load_page(browser: str, url: str, timeout: float = 30.0) -> tuple[lis
             ws.close()
             return roots, png
         finally:
-            proc.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=20)
 
 
