@@ -33,8 +33,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import kernels
-from .partition import layer_volumes
 from .errors import DasknnError
+from .partition import layer_volumes
 from .plan import Outline, PartLayer, build_plan, layer_counts, local_block, plan_layer, received_rows
 from .store import (
     LayerStream,
@@ -174,9 +174,9 @@ def _write_part_plan_layer(path: str, plan_path: str, k: int, parts: int) -> np.
     row = plan_layer(w, before, after, parts)
     blocks = []
     for q, pl in enumerate(row):
-        indptr, indices, data = local_block(w, pl, int(np.count_nonzero(before == q)))
-        rows = int(np.count_nonzero(before == q)) + received_rows(pl)
-        blocks.append(sp.csc_matrix((data, indices, indptr), shape=(rows, pl.outputs.size)))
+        own = int(np.count_nonzero(before == q))  # the rows of the part's previous block
+        indptr, indices, data = local_block(w, pl, own)
+        blocks.append(sp.csc_matrix((data, indices, indptr), shape=(own + received_rows(pl), pl.outputs.size)))
     write_plan_layer(plan_path, k, row, blocks)
     return layer_counts(row)
 
