@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dasknn import generate, io, store
@@ -57,6 +57,17 @@ def simple_parse(data: bytes, int_columns: int, with_values: bool, limits: tuple
 
 def one_line_error(e: DasknnError) -> None:
     assert "\n" not in str(e) and str(e).strip()
+
+
+def loaded_or_refused(load, expected, what: str):
+    """What ``load()`` returns, or None when it refused with one line: only an invalid input (``expected`` None)
+    may be refused."""
+    try:
+        return load()
+    except DasknnError as e:
+        one_line_error(e)
+        assert expected is None, f"rejected {what}: {e}"
+        return None
 
 
 # --- inputs: mostly well-formed tables, with damage ----------------------------------------------------------
@@ -99,11 +110,8 @@ def tables(draw, int_columns: int, with_values: bool, limit: int) -> bytes:
 @given(data=tables(2, True, 12))
 def test_table_parser_agrees_with_a_simple_parser(data):
     expected = simple_parse(data, 2, True, (12, 12))
-    try:
-        t = io.parse_table(data, "f.tsv", 2, True, (12, 12))
-    except DasknnError as e:
-        one_line_error(e)
-        assert expected is None, f"rejected a valid table: {e}"
+    t = loaded_or_refused(lambda: io.parse_table(data, "f.tsv", 2, True, (12, 12)), expected, "a valid table")
+    if t is None:
         return
     assert expected is not None, "accepted an invalid table"
     assert t.ints.tolist() == [r[0] for r in expected]
@@ -118,11 +126,8 @@ def test_layer_reader(data):
         keys = [tuple(r[0]) for r in expected]
         if len(set(keys)) != len(keys):
             expected = None  # an entry given twice
-    try:
-        w = io.read_layer(data, 6, source="n6-l1.tsv")
-    except DasknnError as e:
-        one_line_error(e)
-        assert expected is None, f"rejected a valid layer: {e}"
+    w = loaded_or_refused(lambda: io.read_layer(data, 6, source="n6-l1.tsv"), expected, "a valid layer")
+    if w is None:
         return
     assert expected is not None
     dense = np.zeros((6, 6))
@@ -147,11 +152,8 @@ def test_images_reader(folder, data, compress):
         keys = [tuple(r[0]) for r in expected]
         if len(set(keys)) != len(keys):
             expected = None
-    try:
-        m = io.read_images(path)
-    except DasknnError as e:
-        one_line_error(e)
-        assert expected is None, f"rejected valid images: {e}"
+    m = loaded_or_refused(lambda: io.read_images(path), expected, "valid images")
+    if m is None:
         return
     assert expected is not None
     dense = np.zeros((max(r[0][0] for r in expected), 8))
@@ -170,11 +172,8 @@ def test_categories_reader(folder, data):
     if expected:
         ids = [r[0][0] for r in expected]
         expected = None if len(set(ids)) != len(ids) else sorted(i - 1 for i in ids)
-    try:
-        cats = io.read_categories(path)
-    except DasknnError as e:
-        one_line_error(e)
-        assert expected is None, f"rejected a valid truth file: {e}"
+    cats = loaded_or_refused(lambda: io.read_categories(path), expected, "a valid truth file")
+    if cats is None:
         return
     assert expected is not None
     assert cats.tolist() == expected
