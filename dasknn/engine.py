@@ -672,7 +672,7 @@ def infer(
     if results is not None:
         results = str(Path(results).resolve())
         run_desc = {"network": path, "inputs": in_path, "images": count, "dtype": dtype, "chunks": bounds}
-        bounds, done = open_results(results, run_desc, resume)
+        bounds, done = open_results(results, run_desc, resume, activations)
     todo = [c for c in range(len(bounds)) if c not in done]
     job = _Job(path=path, in_path=in_path, store=store, dtype=dtype, backend=backend, resident=resident,
                keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",

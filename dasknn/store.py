@@ -920,13 +920,15 @@ class PartStream(ReadAhead):
 RESULTS_FORMAT = "dasknn-results"
 
 
-def open_results(path: str | os.PathLike[str], run: dict[str, Any], resume: bool) -> tuple[list, set[int]]:
+def open_results(path: str | os.PathLike[str], run: dict[str, Any], resume: bool,
+                 activations: bool = False) -> tuple[list, set[int]]:
     """Create (or, with ``resume``, reopen) a results store for a run; return its chunk bounds and the chunks
     already written.
 
     ``run`` describes the run (network, inputs, images, chunk bounds, dtype); a store made for another run is
     refused rather than mixed. A chunk counts as written only once its ``complete`` attribute is set, which is
-    written after its data.
+    written after its data. With ``activations``, the group the workers write them into is made here, once:
+    workers that each made it when missing raced (one of them found it made and failed).
     """
     path = Path(path)
     if path.exists():
@@ -945,9 +947,13 @@ def open_results(path: str | os.PathLike[str], run: dict[str, Any], resume: bool
                 raise DasknnError(f"was written by another run ({key}: {saved.get(key)!r}, now {run.get(key)!r}); "
                                   f"choose another --results", path)
         bounds = [tuple(b) for b in saved["chunks"]]
+        if activations:
+            root.require_group("activations")
         return bounds, set(_written_chunks(root, path))
     root = zarr.open_group(path, mode="w", zarr_format=3)
     root.attrs["dasknn"] = {"format": RESULTS_FORMAT, "version": VERSION, "run": run}
+    if activations:
+        root.require_group("activations")
     return [tuple(b) for b in run["chunks"]], set()
 
 
@@ -961,7 +967,7 @@ def write_chunk_result(path: str, chunk: int, ids: np.ndarray, activations: sp.s
     shutil.rmtree(Path(path) / "activations" / f"chunk-{chunk}", ignore_errors=True)
     if activations is not None:
         rows = sp.csr_matrix(activations)
-        group = root.require_group("activations").require_group(f"chunk-{chunk}")
+        group = root["activations"].require_group(f"chunk-{chunk}")  # made by open_results
         for name, a in (("ids", ids), ("indptr", rows.indptr.astype(np.int64)),
                         ("indices", rows.indices.astype(np.int32)), ("values", rows.data)):
             arr = group.create_array(name, shape=a.shape, chunks=(max(1, a.size),), dtype=a.dtype,
