@@ -43,18 +43,13 @@ class Plan:
     inputs_owned: list[np.ndarray]  # per part: the input pixels it holds before layer 1
     layers: list[list[PartLayer]]
 
-    def volume(self, k: int) -> int:
-        """Entries (neuron values per image) sent between parts in layer ``k``."""
-        return int(sum(len(v) for pl in self.layers[k - 1] for v in pl.send.values()))
-
     def volumes(self) -> np.ndarray:
-        """Per-layer volumes, layer 1 first."""
-        return np.array([self.volume(k) for k in range(1, len(self.layers) + 1)], dtype=np.int64)
+        """Per-layer volumes (entries per image sent between parts), layer 1 first."""
+        return self.outline().volumes()
 
     def part(self, q: int) -> list[PartLayer]:
         """Part ``q``'s plan for every layer (what its worker needs)."""
         return [layer[q] for layer in self.layers]
-
 
     def outline(self) -> Outline:
         """What the client needs of this plan to build the task graph."""
