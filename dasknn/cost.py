@@ -7,8 +7,8 @@ differ in what they add to them and in what must fit in memory:
   overlapped with compute by the read-ahead), one task per chunk and segment;
 * model mode (groups of ``g`` workers, ``g`` = all workers; hybrid: fewer): each worker holds ``1/g`` of the
   weights (or streams its share from a part plan, overlapped with compute as in data mode), but per layer and
-  chunk packs, moves and unpacks the boundary rows the plan lists, and runs about ``g + sends`` tasks instead of
-  a share of one.
+  chunk packs, moves and unpacks the boundary rows the plan lists, and runs ``g`` tasks (more when a part sends
+  to several others) instead of a share of one.
 
 The prediction is a sum of those costs, each a size this module is given times a rate measured on the
 workers (:class:`Calibration`): kernel multiply-adds per second, message entries packed and unpacked per
@@ -180,8 +180,11 @@ def predict(
         pack = entries / (cal.message_rate * busy_threads)
         moved = entries * itemsize * float(np.dot(alive * vol, factor) / max(np.dot(alive, vol), 1e-12))
         exchange = pack + moved / (cal.transfer_rate * workers)
-        sends = float(np.count_nonzero(vol)) / depth * max(1, g * (g - 1)) if vol.size else 0.0
-        tasks = chunks * depth * (g + sends + g / sync_every)
+        # a step per part and layer packs its own messages; with more than one recipient (g > 2) each gets its
+        # share from a small task, and after a sync layer every other part is a recipient (of the mask)
+        pairs = float(np.count_nonzero(vol)) / depth * g * (g - 1) if vol.size else 0.0
+        picks = 0.0 if g <= 2 else pairs + g * (g - 1) / sync_every
+        tasks = chunks * depth * (g + picks)
     task_time = tasks * cal.task_seconds / max(1, threads)
     seconds = compute + exchange + task_time + read
     mode = "data" if g == 1 else "model" if g == workers else "hybrid"

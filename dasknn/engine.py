@@ -6,15 +6,18 @@ partitioned over the workers of a group:
 * ``data`` mode: groups of one worker. Every worker holds every layer and runs a chunk through a whole segment of
   consecutive layers in one task (no exchange is needed, so tasks stay coarse).
 * ``model`` mode: one group of all workers. Part ``q`` owns the columns (output neurons) the partition gives it,
-  reads only those from the store, and per layer and chunk runs ``spmm-l{k}-p{q}-c{c}``, fed by its own previous
-  block and by ``send-l{k}-p{p}-to{q}-c{c}`` tasks that cut out of part ``p``'s block exactly the rows the plan
-  says ``q`` needs. Tasks are pinned to workers, so those messages are the only activation traffic and Dask moves
-  them worker to worker.
+  reads only those from the store, and per layer and chunk runs one task, ``spmm-l{k}-p{q}-c{c}``: it computes
+  the layer from its previous block (held on its worker between tasks) and the rows the others sent, and packs
+  out of its new block exactly the rows the plan says each other part needs in the next layer. That packed
+  output is the task's result, so Dask moves it worker to worker to the tasks that depend on it (the layer's
+  first messages come from ``send-l1-p{p}-to{q}-c{c}``; with more than two parts, ``send-l{k}-p{p}-to{q}-c{c}``
+  tasks pick each recipient's share). Tasks are pinned to workers, so those messages are the only activation
+  traffic.
 * ``hybrid``: groups of ``group_size`` workers, each a model-mode group on its own chunks.
 
 Dead images (all-zero activations can never come back) are dropped: in data mode inside the segment task, in
-model mode every ``sync_every`` layers, when each part sends a small alive mask to the others and all compact the
-same way. Categories come back with their original indices.
+model mode every ``sync_every`` layers, when each part sends its alive mask with its messages and all compact the
+same way (the messages sent with the masks still carry the images that layer killed). Categories come back with their original indices.
 
 Timing follows the challenge: the clock starts once weights and inputs sit in the workers' memory and stops when
 the categories are back on the client. The client never holds weights or activations: workers read the store.
@@ -142,6 +145,12 @@ _STREAMS: dict[tuple, ReadAhead] = {}
 _CLOSED_BYTES = [0]
 
 
+#: Per worker process: each model-mode part's activations between its layer tasks, by (run, chunk, part), as
+#: ``[layer, block, alive masks of its sync layers so far]``. Only the boundary messages travel through Dask; a
+#: block never leaves its worker, so it needs no key (a key per block cost a scheduler round trip per layer).
+_HELD: dict[tuple[str, int, int], list] = {}
+
+
 def _stream(spec: tuple) -> ReadAhead:
     # one stream per worker process and spec, so consecutive tasks share its read-ahead:
     # ("stream", store, dtype, keep): whole layers (data mode); ("part", plan, q, dtype, keep): part q's blocks
@@ -154,8 +163,11 @@ def _stream_bytes(dask_worker) -> int:
     return int(sum(s.bytes_read for s in _STREAMS.values()) + _CLOSED_BYTES[0])
 
 
-def _close_streams(dask_worker) -> None:
-    # after a run: the layers a stream holds leave the worker's memory, and no stream outlives its plan
+def _close_streams(run: str, dask_worker=None) -> None:
+    # after a run: the layers a stream holds leave the worker's memory, and no stream outlives its plan;
+    # nor does any block of the run's model-mode parts (a failed run leaves some)
+    for held in [h for h in _HELD if h[0] == run]:
+        del _HELD[held]
     for spec in list(_STREAMS):
         stream = _STREAMS.pop(spec)
         _CLOSED_BYTES[0] += stream.bytes_read
@@ -227,20 +239,6 @@ def _keep(masks: list[np.ndarray]) -> np.ndarray:
 _MESSAGES: dict[str, dict[int, list[int]]] = {}
 
 
-def _send(part: list[tuple[PartLayer, Block]], k: int, q: int, block: np.ndarray,
-          masks: list[np.ndarray] | None, run: str, compact: bool) -> tuple:
-    # the message: only the rows part q needs in layer k, only for images still alive, in its smallest form
-    rows = _part_layer(part, k)[0].send[q]
-    keep = _dropped(masks)
-    cols = None if keep is None else np.flatnonzero(keep)
-    msg = kernels.pack_rows(block, rows, cols, compact)
-    width = block.shape[1] if cols is None else cols.size
-    tally = _MESSAGES.setdefault(run, {}).setdefault(k, [0, 0])
-    tally[0] += rows.size * width * block.dtype.itemsize
-    tally[1] += kernels.message_bytes(msg)
-    return msg
-
-
 def _message_tally(run: str) -> dict[int, list[int]]:
     return _MESSAGES.pop(run, {})
 
@@ -249,10 +247,10 @@ EXCHANGE_LOG = "dasknn-exchange"
 
 
 def _exchange_log():
-    """A scheduler plugin: the size Dask records for every boundary message (``send-l{k}-...`` keys), by run
-    and layer. Every message is consumed by another worker, so these are the bytes that cross, layer by layer,
-    as Dask measured them (``sizeof`` of the message on its worker). Made here so importing the engine does not
-    import distributed."""
+    """A scheduler plugin: the size Dask records for every boundary message, by run and layer: outputs of
+    ``send-l{k}-...`` tasks (layer ``k``) and of ``spmm-l{k}-...`` steps (their messages for layer ``k + 1``) that a
+    task pinned to another worker depends on. These are the bytes that cross, layer by layer, as Dask measured
+    them (``sizeof`` of the output on its worker). Made here so importing the engine does not import distributed."""
     from distributed.diagnostics.plugin import SchedulerPlugin
 
     class ExchangeLog(SchedulerPlugin):
@@ -266,12 +264,15 @@ def _exchange_log():
             self.scheduler = scheduler
 
         def transition(self, key, start, finish, *args, **kwargs) -> None:
-            if finish != "memory" or not isinstance(key, str) or not key.startswith("send-l"):
+            if finish != "memory" or not isinstance(key, str) or not key.startswith(("send-l", "spmm-l")):
                 return
             ts = self.scheduler.tasks.get(key) if self.scheduler is not None else None
             if ts is None:
                 return
-            layer = int(key.split("-")[1][1:])
+            here = {ws.address for ws in ts.who_has or ()}
+            if not any(dts.worker_restrictions and here.isdisjoint(dts.worker_restrictions) for dts in ts.dependents):
+                return  # read on its own worker only
+            layer = int(key.split("-")[1][1:]) + key.startswith("spmm-l")
             per_run = self.runs.setdefault(key.rsplit("-", 1)[1], {})
             per_run[layer] = per_run.get(layer, 0) + int(ts.nbytes)
 
@@ -287,42 +288,104 @@ def _exchange_log_pop(dask_scheduler, run: str) -> dict[int, int]:
     return {} if plugin is None else plugin.runs.pop(run, {})
 
 
-def _spmm(part: list[tuple[PartLayer, Block]], k: int, block: np.ndarray, masks: list[np.ndarray] | None,
-          bias: float, ymax: float, senders: tuple[int, ...], *messages: tuple) -> np.ndarray:
+def _step(part: list[tuple[PartLayer, Block]] | tuple, k: int, held: tuple[str, int, int], images, after,
+          bias: float, ymax: float, others: tuple[int, ...], recipients: tuple[int, ...], sync: bool, final: bool,
+          with_block: bool, compact: bool, *inbox: tuple) -> tuple:
+    """Part ``held[2]``'s layer ``k`` of one chunk, and what it sends for layer ``k + 1``.
+
+    The block comes from ``images`` (layer 1) or from what this worker holds (``after``, this part's previous step,
+    orders the tasks). ``inbox`` holds the outputs of parts ``others`` for the previous layer, each
+    ``(alive mask or None, {part: message})``: their rows this part reads, and, after a sync layer, their masks.
+    Returns ``(mask or None, {recipient: message})``, or, after the last layer, ``(masks, block or None)``.
+    """
+    run, _, q = held
+    if k == 1:
+        block, masks = images, []
+    else:
+        state = _HELD.pop(held, None)
+        if state is None or state[0] != k - 1:
+            raise DasknnError(f"model mode: part {q} expected its layer {k - 1} on this worker, found "
+                              f"{'none' if state is None else state[0]} (a task ran twice or out of order)")
+        _, block, masks = state
     pl, (indptr, indices, data) = _part_layer(part, k)
-    keep = _dropped(masks)
+    keep = None
+    if k > 1 and inbox and inbox[0][0] is not None:
+        # the previous layer was a sync layer: every part compacts by the union of all parts' masks
+        keep = _dropped([masks[-1]] + [mask for mask, _ in inbox])
     if keep is not None:
         block = block[:, keep]
     # the received rows, stacked by sender, are read in place beside the block: nothing else is copied
     recv = kernels.empty_like_kind(block, (received_rows(pl), block.shape[1]))
     at = 0
-    for p, msg in zip(senders, messages):
+    for p, (_, messages) in zip(others, inbox):
+        if p not in pl.recv:
+            continue
         n = pl.recv[p].size
-        kernels.unpack_rows(msg, recv[at:at + n])
+        if keep is None:
+            kernels.unpack_rows(messages[q], recv[at:at + n])
+        else:
+            # sent before the masks were known: unpack whole, keep the live images
+            whole = kernels.empty_like_kind(block, (n, keep.size))
+            kernels.unpack_rows(messages[q], whole)
+            recv[at:at + n] = whole[:, keep]
         at += n
-    return kernels.layer_step(block, indptr, indices, data, bias, ymax, extra=recv)
+    block = kernels.layer_step(block, indptr, indices, data, bias, ymax, extra=recv)
+    if sync:
+        masks = masks + [kernels.alive(block)]
+    if final:
+        return masks, block if with_block else None
+    _HELD[held] = [k, block, masks]
+    return (masks[-1] if sync else None), _pack(part, k + 1, block, recipients, run, compact)
 
 
-def _mask(block: np.ndarray) -> np.ndarray:
-    return kernels.alive(block)
+def _pack(part: list[tuple[PartLayer, Block]] | tuple, k: int, block, recipients: tuple[int, ...], run: str,
+          compact: bool) -> dict[int, tuple]:
+    # the messages for layer k: the rows of the part's block (its activations after layer k - 1) each recipient
+    # reads, in their smallest form
+    out = {}
+    if not recipients:
+        return out
+    send = _part_layer(part, k)[0].send
+    tally = _MESSAGES.setdefault(run, {}).setdefault(k, [0, 0])
+    for r in recipients:
+        if r in send:
+            out[r] = kernels.pack_rows(block, send[r], None, compact)
+            tally[0] += send[r].size * block.shape[1] * block.dtype.itemsize
+            tally[1] += kernels.message_bytes(out[r])
+    return out
 
 
-def _categories(start: int, count: int, results: tuple | None, finals: tuple | None, blocks: list | None,
-                *rounds: list[np.ndarray]) -> tuple[np.ndarray, list[int]]:
-    # replay the compactions: each round is the parts' alive masks at one sync layer
+def _first_messages(part: list[tuple[PartLayer, Block]] | tuple, images, recipients: tuple[int, ...], run: str,
+                    compact: bool) -> tuple:
+    # what the part's input pixels send for layer 1 (a step's output, without a mask)
+    return None, _pack(part, 1, images, recipients, run, compact)
+
+
+def _pick(output: tuple, q: int) -> tuple:
+    # one recipient's share of a step's output (its message, and the mask)
+    mask, messages = output
+    return mask, {q: messages[q]} if q in messages else {}
+
+
+def _categories(start: int, count: int, results: tuple | None, finals: tuple | None, *outs: tuple
+                ) -> tuple[np.ndarray, list[int]]:
+    # outs: each part's last step, (its alive masks at every sync layer, its last block or None); replaying the
+    # compactions round by round gives the surviving images' indices
     ids = np.arange(start, start + count)
     alive = []
+    rounds = list(zip(*(masks for masks, _ in outs)))
     for masks in rounds:
-        ids = ids[_keep(masks)]
+        ids = ids[_keep(list(masks))]
         alive.append(int(ids.size))
     if results is not None:
         path, c, with_activations = results
         rows = None
         if with_activations:
-            # finals: (neurons, each part's output neurons); blocks: each part's last block; the last round's
-            # masks say which of the blocks' images survive
+            # finals: (neurons, each part's output neurons); the last round's masks say which of the blocks'
+            # images survive
             neurons, outputs = finals
-            keep = _keep(rounds[-1])
+            keep = _keep(list(rounds[-1]))
+            blocks = [block for _, block in outs]
             yt = np.zeros((neurons, int(keep.sum())), dtype=kernels.to_host(blocks[0]).dtype)
             for out, block in zip(outputs, blocks):
                 yt[out] = kernels.to_host(block)[:, keep]
@@ -455,11 +518,10 @@ def _predict(client, workers: list[str], threads: int, store, path: str, in_path
     cal = Calibration(**_calibrate(client, workers, threads, path, in_path, images, dtype))
     nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=np.int64)
     itemsize = np.dtype(dtype).itemsize
-    default_chunks = 2 * threads
 
     def one(g: int):
         res = resident if resident is not None else weight_bytes / g <= WEIGHTS_SHARE * memory
-        n_chunks = chunks or (default_chunks if res else threads if g == 1 else len(workers) // g)
+        n_chunks = chunks or default_chunks(images, threads, len(workers), g, res)
         volumes = None
         if g > 1:
             owners = resolve_partition(path, partition, g)
@@ -569,7 +631,9 @@ def infer(
     images
         Use only the first ``images`` inputs.
     chunks
-        Number of image chunks; 2 per worker thread by default, so chunks pipeline through layers.
+        Number of image chunks. By default (:func:`default_chunks`) 2 per worker thread in data mode, so chunks
+        pipeline through the layers, 1 per thread of a group in model and hybrid mode; more where a chunk's
+        activations would not fit in a worker's memory.
     segment
         Data mode: layers per task (all by default: no exchange is needed between them).
     sync_every
@@ -665,9 +729,13 @@ def infer(
     g = _check_mode(mode, len(workers), group_size)
     if resident is None:
         resident = weight_bytes / g <= WEIGHTS_SHARE * memory
-    # streaming reads every layer once per chunk: one chunk per thread reads the least; a streaming model-mode
-    # group runs one chunk, so its parts ask for the layers in order
-    bounds = chunk_bounds(count, chunks or (2 * threads if resident else threads if g == 1 else len(workers) // g))
+    if chunks is None:
+        chunks = default_chunks(count, threads, len(workers), g, resident)
+        # narrower chunks where a chunk's activations would not fit beside the weights (if the weights do)
+        if _fits(store, dtype, resident, keep_layers, g, memory, 1):
+            while not _fits(store, dtype, resident, keep_layers, g, memory, -(-count // chunks)):
+                chunks = min(count, 2 * chunks)
+    bounds = chunk_bounds(count, chunks)
     done: set[int] = set()
     if results is not None:
         results = str(Path(results).resolve())
@@ -743,18 +811,39 @@ WORKER_BASE = 128 << 20
 MEMORY_SHARE = 0.8
 
 
-def _check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: float, width: int) -> None:
-    """Refuse, with what to change, a run whose workers cannot hold what they must (instead of Dask pausing,
-    killing and restarting them in a loop)."""
+def _memory_need(store, dtype: str, resident: bool, keep_layers: int, g: int, width: int) -> tuple[float, ...]:
+    # what a worker must hold beside its base: (all of it, the weights, a chunk's activations, the biggest layer)
     item = np.dtype(dtype).itemsize
     biggest = max(store.layer_nnz(k) for k in range(1, store.depth + 1)) * (item + 4) + (store.neurons + 1) * 8
     # resident weights are briefly held twice while they load (decoded arrays, then the kernel's copies):
     # measured on a 65536 x 8 network, a worker's peak was its weights twice over plus the rest
     weights = (2 * store.edges * (item + 4) if resident else biggest * keep_layers) / g
     activations = 3 * store.neurons * width * item  # input, output and a compacted copy of a chunk
-    need = weights + 2 * biggest + activations  # and a layer being decoded (compressed and decoded copies)
-    if WORKER_BASE + need <= MEMORY_SHARE * memory:
+    return weights + 2 * biggest + activations, weights, activations, biggest  # + a layer being decoded
+
+
+def _fits(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: float, width: int) -> bool:
+    return WORKER_BASE + _memory_need(store, dtype, resident, keep_layers, g, width)[0] <= MEMORY_SHARE * memory
+
+
+def default_chunks(images: int, threads: int, workers: int, g: int, resident: bool) -> int:
+    """Image chunks when none are asked for.
+
+    Data mode: two per thread held in memory (they pipeline through the segments), one per thread streaming
+    (each chunk reads the network once). Model and hybrid modes: one per thread of a group's workers. A group's
+    parts already work on the same chunk side by side, and every further chunk adds a task per layer and part,
+    which on a small machine costs more than overlapping chunks saves (BENCHMARKS.md, issue 10).
+    """
+    n = (2 * threads if resident else threads) if g == 1 else (workers // g) * max(1, threads // workers)
+    return max(1, min(n, images))
+
+
+def _check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: float, width: int) -> None:
+    """Refuse, with what to change, a run whose workers cannot hold what they must (instead of Dask pausing,
+    killing and restarting them in a loop)."""
+    if _fits(store, dtype, resident, keep_layers, g, memory, width):
         return
+    need, weights, activations, biggest = _memory_need(store, dtype, resident, keep_layers, g, width)
     mb = 1 << 20
     if resident:
         what = f"{'its share of ' if g > 1 else ''}the weights ({weights / 2 / mb:,.0f} MiB, twice while they load)"
@@ -963,20 +1052,23 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
     finally:
         for f in list(loaded.values()) + futures:
             f.release()  # the blocks leave the workers' memory
-        client.run(_close_streams)  # and the streamed layers
+        client.run(_close_streams, run)  # and the streamed layers
     out.seconds = time.perf_counter() - t0
     sent_after = client.run(_bytes_sent)
     out.bytes_sent = sum(sent_after[w] - sent_before.get(w, 0) for w in sent_after)
     if outline is not None:
         for k, nbytes in client.run_on_scheduler(_exchange_log_pop, run=run).items():
-            out.per_layer[k - 1, 2] += nbytes
+            if k <= depth:  # (the last layer's blocks go to the categories task, not to a part)
+                out.per_layer[k - 1, 2] += nbytes
     for tally in client.run(_message_tally, run).values():
         for k, (dense, sent) in tally.items():
             out.per_layer[k - 1, :2] += (dense, sent)
     read_after = client.run(_stream_bytes)
     out.bytes_read = sum(read_after[w] - read_before.get(w, 0) for w in read_after)
     if outline is not None:
-        # what the plan says crosses: each layer's volume x the images alive when it runs x the item size
+        # what the plan says crosses: each layer's volume x the images its messages carry x the item size. The
+        # messages for layer k are packed as layer k - 1 ends, before the parts' masks of a sync layer k - 1
+        # meet, so the images that layer kills ride along once more
         itemsize = np.dtype(dtype).itemsize
         syncs = set(sync_layers(depth, job.sync_every))
         for c, (_, alive) in out.chunks.items():
@@ -984,7 +1076,7 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
             rounds = iter(alive)
             for k in range(1, depth + 1):
                 out.plan_bytes += outline.volume(k) * width * itemsize
-                if k in syncs:
+                if k - 1 in syncs:
                     width = next(rounds)
     return out
 
@@ -1032,37 +1124,37 @@ def _data_chunk(graph: _Graph, c: int, start: int, w: str, weights, images, dept
 def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[str], plan: Outline,
                  part_of: dict[str, object], images: list, depth: int, sync_every: int, bias: float, ymax: float,
                  results: tuple | None, compact: bool) -> str:
-    # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures)
+    # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures).
+    # One task per part and layer: it computes the layer and packs what others need of it for the next one.
     parts = len(members)
     syncs = set(sync_layers(depth, sync_every))
-    blocks = list(images)  # futures, then keys of spmm tasks
-    masks = None  # keys of the alive masks of the last sync layer, if compaction is pending
-    rounds = []
+    with_block = results is not None and results[2]
+    previous: list[str | None] = [None] * parts
+    inbox: dict[int, list[tuple[int, str]]] = {q: [] for q in range(parts)}  # (sender, key) for the coming layer
+    for p in range(parts):
+        for r in plan.receivers(1, p):
+            inbox[r].append((p, graph.add(members[p], f"send-l1-p{p}-to{r}-c{c}",
+                                          (_first_messages, part_of[members[p]], images[p], (r,), graph.run,
+                                           compact))))
     for k in range(1, depth + 1):
-        mask_args = None if masks is None else _refs(masks)
-
-        def ref(x):
-            return _ref(x) if isinstance(x, str) else x
-
-        sends: dict[tuple[int, int], str] = {}
+        final, sync = k == depth, k in syncs
+        coming: dict[int, list[tuple[int, str]]] = {q: [] for q in range(parts)}
         for p in range(parts):
-            for q in plan.receivers(k, p):
-                sends[(p, q)] = graph.add(members[p], f"send-l{k}-p{p}-to{q}-c{c}",
-                                          (_send, part_of[members[p]], k, q, ref(blocks[p]), mask_args, graph.run,
-                                           compact))
-        new_blocks = []
-        for q in range(parts):
-            senders = plan.senders(k, q)
-            new_blocks.append(graph.add(
-                members[q], f"spmm-l{k}-p{q}-c{c}",
-                (_spmm, part_of[members[q]], k, ref(blocks[q]), mask_args, bias, ymax, senders,
-                 *(_ref(sends[(p, q)]) for p in senders))))
-        blocks = new_blocks
-        masks = None
-        if k in syncs:
-            masks = [graph.add(members[q], f"alive-l{k}-p{q}-c{c}", (_mask, _ref(blocks[q]))) for q in range(parts)]
-            rounds.append(_refs(masks))
-    finals = last = None
-    if results is not None and results[2]:
-        finals, last = (plan.neurons, plan.last_outputs), _refs(blocks)
-    return graph.add(members[0], f"categories-c{c}", (_categories, start, count, results, finals, last, *rounds))
+            # after a sync layer every other part needs this part's mask, with or without rows
+            needs = set() if final else set(plan.receivers(k + 1, p)) | (set(range(parts)) - {p} if sync else set())
+            recipients = tuple(sorted(needs))
+            key = graph.add(members[p], f"spmm-l{k}-p{p}-c{c}", (
+                _step, part_of[members[p]], k, (graph.run, c, p), images[p] if k == 1 else None,
+                None if previous[p] is None else _ref(previous[p]), bias, ymax, tuple(s for s, _ in inbox[p]),
+                recipients, sync, final, with_block, compact, *(_ref(key) for _, key in inbox[p])))
+            previous[p] = key
+            if len(recipients) == 1:
+                coming[recipients[0]].append((p, key))
+            else:
+                for r in recipients:
+                    coming[r].append((p, graph.add(members[p], f"send-l{k + 1}-p{p}-to{r}-c{c}",
+                                                   (_pick, _ref(key), r))))
+        inbox = coming
+    finals = (plan.neurons, plan.last_outputs) if with_block else None
+    return graph.add(members[0], f"categories-c{c}", (_categories, start, count, results, finals,
+                                                       *(_ref(key) for key in previous)))
