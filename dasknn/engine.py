@@ -730,11 +730,8 @@ def infer(
     if resident is None:
         resident = weight_bytes / g <= WEIGHTS_SHARE * memory
     if chunks is None:
-        chunks = default_chunks(count, threads, len(workers), g, resident)
-        # narrower chunks where a chunk's activations would not fit beside the weights (if the weights do)
-        if _fits(store, dtype, resident, keep_layers, g, memory, 1):
-            while not _fits(store, dtype, resident, keep_layers, g, memory, -(-count // chunks)):
-                chunks = min(count, 2 * chunks)
+        chunks = default_chunks(count, threads, len(workers), g, resident,
+                                lambda width: _fits(store, dtype, resident, keep_layers, g, memory, width))
     bounds = chunk_bounds(count, chunks)
     done: set[int] = set()
     if results is not None:
@@ -826,16 +823,22 @@ def _fits(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: f
     return WORKER_BASE + _memory_need(store, dtype, resident, keep_layers, g, width)[0] <= MEMORY_SHARE * memory
 
 
-def default_chunks(images: int, threads: int, workers: int, g: int, resident: bool) -> int:
+def default_chunks(images: int, threads: int, workers: int, g: int, resident: bool,
+                   fits: Callable[[int], bool] | None = None) -> int:
     """Image chunks when none are asked for.
 
     Data mode: two per thread held in memory (they pipeline through the segments), one per thread streaming
     (each chunk reads the network once). Model and hybrid modes: one per thread of a group's workers. A group's
     parts already work on the same chunk side by side, and every further chunk adds a task per layer and part,
-    which on a small machine costs more than overlapping chunks saves (BENCHMARKS.md, issue 10).
+    which on a small machine costs more than overlapping chunks saves (BENCHMARKS.md, issue 10). Then twice as
+    many, and again, while a chunk of that many images does not ``fits(images)`` in a worker (if one image does).
     """
-    n = (2 * threads if resident else threads) if g == 1 else (workers // g) * max(1, threads // workers)
-    return max(1, min(n, images))
+    n = max(1, min((2 * threads if resident else threads) if g == 1 else (workers // g) * max(1, threads // workers),
+                   images))
+    if fits is not None and fits(1):
+        while n < images and not fits(-(-images // n)):
+            n = min(images, 2 * n)
+    return n
 
 
 def _check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: float, width: int) -> None:

@@ -39,6 +39,13 @@ def test_model_mode_adds_its_exchange_and_tasks():
     assert m.exchange == pytest.approx(entries / (1e8 * 2) + moved / (1e9 * 2))
     assert m.tasks > d.tasks and m.seconds > d.seconds
     assert cost.cheapest([d, m]) is d
+    # one step per part, layer and chunk (4 chunks, 3 layers, 2 parts) over 2 threads; data: a task per chunk
+    assert m.tasks == pytest.approx(4 * 3 * 2 * 1e-3 / 2) and d.tasks == pytest.approx(4 * 1e-3 / 2)
+    # more than two parts: each sender's share of a step's output is picked out by a task of its own, and after a
+    # sync layer every other part gets the mask
+    four = _predict(_cal(), 4, workers=4, threads=4)
+    pairs = 2 / 3 * 4 * 3  # two of the three layers send, between every pair of parts
+    assert four.tasks == pytest.approx(4 * 3 * (4 + pairs + 4 * 3 / 2) * 1e-3 / 4)
 
 
 def test_what_does_not_fit_is_not_chosen():

@@ -103,6 +103,18 @@ def test_task_keys_name_layer_part_and_chunk(client, slice_store):
     assert len(workers) == 1  # part 1 is pinned to one worker
 
 
+def test_default_chunks():
+    # data mode: 2 per thread in memory, 1 per thread streaming; model and hybrid: 1 per thread of each group
+    assert engine.default_chunks(1000, threads=4, workers=2, g=1, resident=True) == 8
+    assert engine.default_chunks(1000, threads=4, workers=2, g=1, resident=False) == 4
+    assert engine.default_chunks(1000, threads=4, workers=2, g=2, resident=True) == 2
+    assert engine.default_chunks(1000, threads=4, workers=4, g=2, resident=False) == 2
+    assert engine.default_chunks(3, threads=8, workers=2, g=1, resident=True) == 3
+    # narrower until a chunk fits; unchanged when not even one image does (the memory check then says why)
+    assert engine.default_chunks(1000, 2, 2, 2, True, fits=lambda width: width <= 130) == 8
+    assert engine.default_chunks(1000, 2, 2, 2, True, fits=lambda width: False) == 1
+
+
 def test_batch_prefix_and_separate_inputs(client, tmp_path):
     net = generate.network(1024, 6, seed=4)
     im = generate.images(300, 1024, seed=4)
