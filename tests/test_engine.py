@@ -73,6 +73,17 @@ def test_model_mode_transfers_match_the_plan(client, slice_store, slice_truth, p
         assert sum(result.message_bytes) < 0.5 * result.plan_bytes
 
 
+def test_four_parts_pick_each_recipients_share(client4, slice_store, slice_truth):
+    # with more than one recipient a step's messages are split by small tasks: each part gets only its own rows,
+    # and Dask's record of what crossed is still what was built
+    result = engine.infer(slice_store, client=client4, mode="model", partition="random", chunks=1,
+                          dtype="float64", sync_every=3)
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    assert sum(result.dense_message_bytes) == result.plan_bytes
+    for k, (dask_seen, built) in enumerate(zip(result.exchange_bytes, result.message_bytes), start=1):
+        assert dask_seen == pytest.approx(built, rel=0.10, abs=2000), k
+
+
 def test_dead_images_cut_the_exchange(client, slice_store):
     rarely = engine.infer(slice_store, client=client, mode="model", partition="random", sync_every=100, chunks=2)
     often = engine.infer(slice_store, client=client, mode="model", partition="random", sync_every=1, chunks=2)
