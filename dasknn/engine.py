@@ -498,6 +498,16 @@ def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str
     return figures
 
 
+def _kernel_rate(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray | None) -> float:
+    # ``workers`` at once, each on the block its mode gives it (model mode: its part, its place in its group)
+    from .cost import kernel_rate
+
+    g = 1 if owners is None else int(owners.max()) + 1
+    futures = [client.submit(kernel_rate, path, k, dtype, owners, i % g, workers=[w],
+                             allow_other_workers=False, pure=False) for i, w in enumerate(workers)]
+    return float(np.mean(client.gather(futures)))
+
+
 def _probe_task(path: str, in_path: str, images: int, dtype: str) -> dict:
     from .cost import probe
 
@@ -519,15 +529,22 @@ def _predict(client, workers: list[str], threads: int, store, path: str, in_path
     nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=np.int64)
     itemsize = np.dtype(dtype).itemsize
 
+    middle = max(1, store.depth // 2)
+    solo = _kernel_rate(client, workers[:1], path, dtype, middle, None)
+
     def one(g: int):
         res = resident if resident is not None else weight_bytes / g <= WEIGHTS_SHARE * memory
         n_chunks = chunks or default_chunks(images, threads, len(workers), g, res)
-        volumes = None
+        volumes = owners = None
         if g > 1:
             owners = resolve_partition(path, partition, g)
             # layer by layer from the store: the client never holds the network
             volumes = np.array([layer_volumes([store.layer(k)], owners[k - 1:k + 1], parts=g)[0]
                                 for k in range(1, store.depth + 1)], dtype=np.int64)
+        # the probe's rate (one worker, the whole layer), scaled by how this mode's blocks run with every
+        # worker running against how the whole layer runs on one worker alone
+        cal.kernel_rates[g] = cal.kernel_rate * _kernel_rate(
+            client, workers, path, dtype, middle, None if owners is None else owners[middle - 1:middle + 1]) / solo
         return predict(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
                        workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
                        volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE, sync_every=sync_every,

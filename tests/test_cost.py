@@ -89,6 +89,43 @@ def test_auto_runs_what_the_model_predicts_cheapest(client, slice_store, slice_t
     import os
 
     assert cal["cores"] == os.cpu_count()  # a local cluster: one machine, counted once
+    # the kernel measured on each mode's blocks, all workers at once
+    assert set(cal["kernel_rates"]) == {1, 2} and all(r > 0 for r in cal["kernel_rates"].values())
+
+
+def test_a_measured_kernel_rate_is_the_one_the_mode_uses():
+    slow_model = _cal(kernel_rates={1: 1e9, 2: 5e8})
+    d, m = _predict(slow_model, 1), _predict(slow_model, 2)
+    assert m.compute == pytest.approx(2 * d.compute)
+    assert _predict(_cal(kernel_rates={2: 5e8}), 1).compute == pytest.approx(d.compute)  # fallback: kernel_rate
+
+
+@pytest.mark.parametrize("parts", [None, 2, 3])
+def test_kernel_rate_runs_the_blocks_a_mode_runs(slice_store, monkeypatch, parts):
+    from dasknn import kernels, partition, store
+
+    s = store.open_store(slice_store)
+    owners = None if parts is None else partition.partition_network(s.network().layers, parts, "random")[4:6]
+    seen = []
+    step = kernels.layer_step
+
+    def counting(yt, indptr, indices, data, bias, ymax, extra=None):
+        seen.append((yt.shape, None if extra is None else extra.shape, indices.size))
+        return step(yt, indptr, indices, data, bias, ymax, extra=extra)
+
+    monkeypatch.setattr(kernels, "layer_step", counting)
+    rate = cost.kernel_rate(str(slice_store), 5, "float32", owners, part=parts - 1 if parts else 0, width=300,
+                            seconds=0.05)
+    assert rate > 0
+    (first, first_extra, _), (shape, extra, nnz) = seen[0], seen[-1]
+    assert first[1] == 1 and shape[1] == 300 and len(seen) >= 2  # one untimed image, then the timed width
+    w = s.layer(5)
+    if parts is None:
+        assert shape[0] == 1024 and extra is None and nnz == w.nnz
+    else:
+        mine = owners[1] == parts - 1
+        assert nnz == w[:, mine].nnz  # only the part's columns
+        assert shape[0] == (owners[0] == parts - 1).sum() and extra[0] > 0  # own rows, received rows beside
 
 
 def test_explain_prints_every_prediction(slice_store, capsys):
