@@ -206,7 +206,8 @@ def add_bench_parser(subparsers) -> None:
     p.add_argument("--mode", choices=("auto", "data", "model", "hybrid"), default="auto",
                    help="as for dasknn infer (default auto)")
     p.add_argument("--batch", type=int, help="use only the first BATCH images of each input")
-    p.add_argument("--chunks", type=int, help="image chunks per run (default: the engine's, see dasknn infer --help)")
+    p.add_argument("--chunks", type=int,
+                   help="image chunks per run (default: the engine's, see dasknn infer --help)")
     p.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
     p.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
     p.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB")

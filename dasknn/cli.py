@@ -404,8 +404,8 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
                    help="model/hybrid: a method (hypergraph, hypergraph-shared, hypergraph-layered, block, random) "
                         "or an owners .npy file (default hypergraph)")
     f.add_argument("--group-size", type=int, help="hybrid: workers per group (default 2)")
-    f.add_argument("--chunks", type=int, help="number of image chunks (default: 2 per worker thread in data mode, 1 per thread of a "
-                   "group in model and hybrid mode, more if a chunk would not fit in memory)")
+    f.add_argument("--chunks", type=int, help="number of image chunks (default: 2 per worker thread in data mode, "
+                   "1 per thread of a group in model and hybrid mode, more if a chunk would not fit in memory)")
     f.add_argument("--segment", type=int, help="data mode: layers per task (default: all)")
     f.add_argument("--sync-every", type=int, default=2,
                    help="model mode: layers between exchanges of alive masks that drop dead images (default 2)")

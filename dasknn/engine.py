@@ -17,7 +17,8 @@ partitioned over the workers of a group:
 
 Dead images (all-zero activations can never come back) are dropped: in data mode inside the segment task, in
 model mode every ``sync_every`` layers, when each part sends its alive mask with its messages and all compact the
-same way (the messages sent with the masks still carry the images that layer killed). Categories come back with their original indices.
+same way (the messages sent with the masks still carry the images that layer killed). Categories come back with
+their original indices.
 
 Timing follows the challenge: the clock starts once weights and inputs sit in the workers' memory and stops when
 the categories are back on the client. The client never holds weights or activations: workers read the store.
@@ -163,7 +164,7 @@ def _stream_bytes(dask_worker) -> int:
     return int(sum(s.bytes_read for s in _STREAMS.values()) + _CLOSED_BYTES[0])
 
 
-def _close_streams(run: str, dask_worker=None) -> None:
+def _close_streams(run: str) -> None:
     # after a run: the layers a stream holds leave the worker's memory, and no stream outlives its plan;
     # nor does any block of the run's model-mode parts (a failed run leaves some)
     for held in [h for h in _HELD if h[0] == run]:
