@@ -117,7 +117,7 @@ def test_kernel_rate_runs_the_blocks_a_mode_runs(slice_store, monkeypatch, parts
     rate = cost.kernel_rate(str(slice_store), 5, "float32", owners, part=parts - 1 if parts else 0, width=300,
                             seconds=0.05)
     assert rate > 0
-    (first, first_extra, _), (shape, extra, nnz) = seen[0], seen[-1]
+    (first, _, _), (shape, extra, nnz) = seen[0], seen[-1]
     assert first[1] == 1 and shape[1] == 300 and len(seen) >= 2  # one untimed image, then the timed width
     w = s.layer(5)
     if parts is None:
