@@ -245,10 +245,13 @@ def small_memory_client():
 
 @pytest.mark.parametrize("keep_layers", [1, 2, 3])
 def test_streamed_layers_match_resident(small_memory_client, slice_store, slice_truth, keep_layers):
-    result = engine.infer(slice_store, client=small_memory_client, resident=False, keep_layers=keep_layers,
-                          dtype="float64")
+    # data mode by name: streamed, auto also weighs model mode and picks it when the machine's timings favour it
+    # (predictions 0.11 s against 0.13 s here), and model mode reads its parts' blocks, whose column pointers make
+    # 4,817,088 bytes, not data mode's 4,767,792 (the flake of issue 17, point 1)
+    result = engine.infer(slice_store, client=small_memory_client, mode="data", resident=False,
+                          keep_layers=keep_layers, dtype="float64")
     np.testing.assert_array_equal(result.categories, slice_truth)
-    assert not result.resident
+    assert not result.resident and result.mode == "data"
     s = store.open_store(slice_store)
     # every chunk read every layer once (values as float64), and no more
     per_pass = sum(w.indptr.nbytes + w.indices.nbytes + w.data.astype(np.float64).nbytes for w in s.iter_layers())
