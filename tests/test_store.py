@@ -60,8 +60,8 @@ def test_column_blocks_read_only_what_they_need(small_store, start, stop):
 
 def test_row_blocks_are_separate_chunks(tmp_path, monkeypatch):
     # a small chunk size: a block of columns must then read only some chunks of the layer
-    monkeypatch.setattr(store, "CHUNK_ENTRIES", 256)
-    monkeypatch.setattr(store, "CHUNK_ROWS", 16)
+    monkeypatch.setattr(store.common, "CHUNK_ENTRIES", 256)  # read from common when written
+    monkeypatch.setattr(store.common, "CHUNK_ROWS", 16)
     net = generate.network(64, 2, seed=1, bias=-0.3)
     path = store.write_network(tmp_path / "c.zarr", net)
     chunks = sorted(p.name for p in (path / "layers" / "1" / "indices_1" / "c").iterdir())

@@ -1,0 +1,169 @@
+"""What every kind of stored thing shares: the format's constants, codecs, locations (paths or URLs), the check
+that an array is plain numbers under data-only codecs, opening a store's root, and atomic replacement."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
+
+from ..errors import DasknnError
+
+FORMAT = "dasknn-network"
+INPUTS_FORMAT = "dasknn-inputs"
+VERSION = 1
+#: Entries per chunk of ``indices_1`` and ``values``: 4 MiB of int32, a size that reads efficiently.
+CHUNK_ENTRIES = 1 << 20
+#: Rows (output neurons, or images) per chunk of ``pointers_to_1``.
+CHUNK_ROWS = 1 << 16
+#: Stores with at most this many entries have every value checked on open; larger ones check what each read reads.
+FULL_CHECK_ENTRIES = 50_000_000
+
+
+#: Every chunk is written, even one equal to the fill value: a missing chunk file then always means damage.
+WRITE_ALL = {"write_empty_chunks": True}
+
+
+def codecs() -> list[Any]:
+    """The codec chain of every array a store writes."""
+    # zstd shrinks the constant values and regular indices a lot; crc32c (last) guards the stored bytes.
+    return [ZstdCodec(level=3), Crc32cCodec()]
+
+
+#: The only codecs a store's arrays may use: data codecs, nothing that can run code (no pickle, no objects).
+SAFE_CODECS = frozenset({"bytes", "zstd", "crc32c", "gzip", "blosc", "transpose", "sharding_indexed"})
+
+
+def _codec_names(chain: Any) -> Iterator[str]:
+    for c in chain or ():
+        c = c if isinstance(c, dict) else {"name": str(c)}
+        yield str(c.get("name"))
+        conf = c.get("configuration") or {}
+        if isinstance(conf, dict):  # sharding nests codec chains
+            yield from _codec_names(conf.get("codecs"))
+            yield from _codec_names(conf.get("index_codecs"))
+
+
+def is_url(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` names a store by URL (``s3://``, ``gs://``, ``https://``, ``file://`` ...: read through
+    fsspec) rather than a local folder."""
+    return "://" in os.fspath(path)
+
+
+def location(path: str | os.PathLike[str]) -> Path | str:
+    """A store's location: an absolute local path, or the URL as given (without a trailing slash)."""
+    return os.fspath(path).rstrip("/") if is_url(path) else Path(path).resolve()
+
+
+def file_exists(store: Path | str, rel: str) -> bool:
+    """Whether the store holds file ``rel`` (a local path, or the same key behind a URL, asked through fsspec)."""
+    if not is_url(store):
+        return (Path(store) / rel).is_file()
+    import fsspec.core
+
+    fs, root = fsspec.core.url_to_fs(str(store))
+    try:
+        return bool(fs.isfile(f"{root.rstrip('/')}/{rel}"))
+    except Exception:  # a server that refuses the question has no such file as far as we can know
+        return False
+
+
+def has_group(store: Path | str, name: str) -> bool:
+    """Whether the store holds group ``name``."""
+    # by the group's metadata file, not zarr's listing: a child whose metadata is damaged is an error, not absent
+    return file_exists(store, f"{name}/zarr.json")
+
+
+def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf") -> zarr.Array:
+    """Refuse an array that is not plain numbers under data-only codecs, before any of its chunks is decoded.
+
+    Stores are read as data only: an object dtype or an unknown codec (a pickle codec could run code when a
+    chunk is decoded) is an error naming ``label``, never a read.
+    """
+    if not isinstance(arr, zarr.Array):
+        raise DasknnError(f"{label} is not an array", store)
+    try:
+        meta = arr.metadata.to_dict()
+        dtype = np.dtype(arr.dtype)
+    except Exception as e:  # a data type NumPy cannot represent
+        raise DasknnError(f"{label}: unreadable array metadata ({type(e).__name__})", store) from None
+    bad = sorted(set(_codec_names(meta.get("codecs"))) - SAFE_CODECS)
+    endian = [c.get("configuration", {}).get("endian") for c in meta.get("codecs") or () if c.get("name") == "bytes"]
+    if any(e not in (None, "little") for e in endian):
+        # the checksum guards the stored bytes, not how they are read: a flipped endian would read as other numbers
+        raise DasknnError(f"{label}: stores are little-endian, this array says {endian[0]}", store)
+    if bad:
+        raise DasknnError(f"{label}: codec {bad[0]} is not allowed (stores are read as data only: "
+                          f"{', '.join(sorted(SAFE_CODECS))})", store)
+    if dtype.kind not in kinds:
+        raise DasknnError(f"{label}: data type {dtype} is not allowed (numbers only)", store)
+    if meta.get("chunk_key_encoding") != {"name": "default", "configuration": {"separator": "/"}}:
+        raise DasknnError(f"{label}: unexpected chunk key encoding {meta.get('chunk_key_encoding')}", store)
+    # zarr reads a missing chunk as its fill value: a lost file would be silently read as zeros
+    if arr.ndim < 1 or min(arr.chunks) < 1:
+        raise DasknnError(f"{label}: not an array with chunks", store)
+    for c in itertools.product(*(range(-(-int(n) // int(k))) for n, k in zip(arr.shape, arr.chunks))):
+        if not file_exists(store, f"{arr.path}/c/{'/'.join(map(str, c))}"):
+            raise DasknnError(f"{label}: chunk {'/'.join(map(str, c))} is missing", store)
+    expected = math.prod(-(-int(n) // int(k)) for n, k in zip(arr.shape, arr.chunks))
+    folder = None if is_url(store) else Path(store) / arr.path / "c"
+    if folder is not None and folder.is_dir() and sum(1 for f in folder.rglob("*") if f.is_file()) != expected:
+        raise DasknnError(f"{label}: its chunk files do not match its shape {list(arr.shape)}", store)
+    return arr
+
+
+def store_dtype(values: np.ndarray) -> np.dtype:
+    """The narrowest float dtype that holds ``values`` exactly: float32 when lossless, else float64."""
+    v32 = values.astype(np.float32)
+    return np.dtype(np.float32) if np.array_equal(v32.astype(values.dtype), values) else np.dtype(np.float64)
+
+
+@contextlib.contextmanager
+def metadata_of(store: Path) -> Iterator[None]:
+    """Turn what zarr raises on mangled metadata (bad JSON, wrong types, unknown names) into one DasknnError."""
+    try:
+        yield
+    except DasknnError:
+        raise
+    except Exception as e:  # zarr raises many types here; any of them means the same to the user
+        raise DasknnError(f"damaged metadata ({type(e).__name__}: {e})", store) from None
+
+
+def open_root(path: Path | str, formats: tuple[str, ...]) -> tuple[zarr.Group, dict[str, Any]]:
+    """Open a complete store of one of ``formats`` for reading: its root group and its ``dasknn`` attributes."""
+    if not (file_exists(path, "zarr.json") if is_url(path) else Path(path).exists()):
+        raise DasknnError("no such store", path)
+    try:
+        root = zarr.open_group(path, mode="r", zarr_format=3)
+    except Exception as e:  # zarr raises several types for a folder that is not a group
+        raise DasknnError(f"not a Zarr v3 group ({type(e).__name__})", path) from None
+    attrs = dict(root.attrs).get("dasknn")
+    if not isinstance(attrs, dict) or attrs.get("format") not in formats:
+        raise DasknnError("not a dasknn store (no 'dasknn' attributes)", path)
+    if attrs.get("version") != VERSION:
+        raise DasknnError(f"store format version {attrs.get('version')} is not supported (this dasknn reads {VERSION})",
+                          path)
+    if not attrs.get("complete"):
+        raise DasknnError("the store is incomplete (its writing was interrupted); write it again", path)
+    return root, attrs
+
+
+def replace_atomically(tmp: Path, path: Path) -> None:
+    """Move a finished store into place, replacing what was there only after the new one is whole."""
+    if path.exists():
+        trash = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(path, trash)
+        os.replace(tmp, path)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, path)

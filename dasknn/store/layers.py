@@ -1,0 +1,275 @@
+"""The network's layers: ``layers/1 .. layers/L``, one binsparse CSC group per layer, written layer by layer
+(:class:`StoreWriter`) and read lazily, by layer or by block of output neurons (:class:`NetworkStore`)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+
+from ..errors import DasknnError
+from ..network import Network, as_csc_layer
+from .common import (
+    FORMAT,
+    FULL_CHECK_ENTRIES,
+    VERSION,
+    file_exists,
+    has_group,
+    is_url,
+    location,
+    metadata_of,
+    open_root,
+    replace_atomically,
+    store_dtype,
+)
+from .inputs import Inputs, write_inputs
+from .sparse import Sparse, write_sparse
+
+class StoreWriter:
+    """Write a store layer by layer, so networks larger than memory can be streamed in.
+
+    Use it as a context manager; the store appears at ``path`` only when the block exits without error::
+
+        with StoreWriter(path, neurons=1024, layers=120, bias=-0.3) as w:
+            for k, layer in enumerate(layers, start=1):
+                w.write_layer(k, layer)
+            w.write_inputs(images)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        neurons: int,
+        layers: int,
+        bias: float,
+        ymax: float = 32.0,
+        source: str = "",
+        dtype: np.dtype | str | None = None,
+        overwrite: bool = False,
+    ):
+        self.path = Path(path)
+        if self.path.exists() and not overwrite:
+            raise DasknnError("already exists (pass --overwrite to replace it)", self.path)
+        self.neurons, self.layers, self.bias, self.ymax = int(neurons), int(layers), float(bias), float(ymax)
+        self.source = source
+        self.dtype = None if dtype is None else np.dtype(dtype)
+        self._tmp = self.path.with_name(f".{self.path.name}.partial-{uuid.uuid4().hex[:8]}")
+        self._written: set[int] = set()
+        self._edges = 0
+        self._dtypes: set[str] = set()
+        self.root: zarr.Group | None = None
+
+    def __enter__(self) -> StoreWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.root = zarr.open_group(self._tmp, mode="w", zarr_format=3)
+        self.root.attrs["dasknn"] = self._attrs(complete=False)
+        self.root.create_group("layers")
+        return self
+
+    def _attrs(self, complete: bool) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "neurons": self.neurons,
+            "layers": self.layers,
+            "bias": self.bias,
+            "ymax": self.ymax,
+            "edges": self._edges,
+            "source": self.source,
+            "dtype": sorted(self._dtypes)[-1] if self._dtypes else None,  # 'float64' > 'float32'
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "complete": complete,
+        }
+
+    def write_layer(self, k: int, w: sp.spmatrix | sp.sparray) -> None:
+        """Write layer ``k`` (1-based), given as any SciPy sparse ``N x N`` matrix in the challenge's orientation."""
+        if not 1 <= k <= self.layers:
+            raise DasknnError(f"layer {k} is outside 1..{self.layers}")
+        m = as_csc_layer(w)
+        if m.shape != (self.neurons, self.neurons):
+            raise DasknnError(f"layer {k} is {m.shape[0]} x {m.shape[1]}, expected {self.neurons} x {self.neurons}")
+        dtype = self.dtype or store_dtype(m.data)
+        m.data = m.data.astype(dtype, copy=False)
+        write_sparse(self.root.create_group(f"layers/{k}"), "CSC", m)
+        self._written.add(k)
+        self._edges += int(m.nnz)
+        self._dtypes.add(dtype.name)
+
+    def write_inputs(self, images: sp.spmatrix | sp.sparray, truth: np.ndarray | None = None,
+                     truth_float32: np.ndarray | None = None) -> None:
+        """Write the inputs (``images x N``) and, optionally, the truth categories (0-based image indices)."""
+        write_inputs(self.root, images, truth, self.neurons, truth_float32)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            missing = sorted(set(range(1, self.layers + 1)) - self._written)
+            if missing:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                raise DasknnError(f"store not written: layer {missing[0]} was never given", self.path)
+            self.root.attrs["dasknn"] = self._attrs(complete=True)
+            replace_atomically(self._tmp, self.path)
+        else:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def write_network(
+    path: str | os.PathLike[str],
+    network: Network,
+    images: sp.spmatrix | None = None,
+    truth: np.ndarray | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write an in-memory :class:`~dasknn.network.Network` (and optional inputs) as a store; return its path."""
+    with StoreWriter(path, network.neurons, network.depth, network.bias, network.ymax, network.source,
+                     overwrite=overwrite) as w:
+        for k, layer in enumerate(network.layers, start=1):
+            w.write_layer(k, layer)
+        if images is not None:
+            w.write_inputs(images, truth)
+    return Path(path)
+
+
+
+class _StoreLayers(Sequence):
+    def __init__(self, store: NetworkStore):
+        self.store = store
+
+    def __len__(self) -> int:
+        return self.store.depth
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        k = int(i) + 1 if i >= 0 else len(self) + int(i) + 1
+        if not 1 <= k <= len(self):
+            raise IndexError(i)  # how a Sequence's iteration ends
+        return self.store.layer(k)
+
+
+class NetworkStore:
+    """A dasknn store opened for reading. Layers are numbered from 1, as in the challenge's file names.
+
+    Reads are lazy: :meth:`layer` reads one layer, :meth:`columns` only a block of its output neurons, and
+    ``inputs.rows`` only a block of images. Each read checks what it read (monotone pointers, indices in range,
+    finite values, checksums) and names the layer if something is wrong.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], check: str = "auto"):
+        self.path = location(path)
+        self.root, attrs = open_root(self.path, (FORMAT,))
+        try:
+            self.neurons = int(attrs["neurons"])
+            self.depth = int(attrs["layers"])
+            self.bias = float(attrs["bias"])
+            self.ymax = float(attrs["ymax"])
+            self.edges = int(attrs["edges"])
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
+            raise DasknnError(f"store attributes are damaged ({e})", self.path) from None
+        if self.neurons < 1 or self.depth < 1 or self.edges < 0 or not np.isfinite(self.bias):
+            raise DasknnError(f"store attributes are damaged (neurons {self.neurons}, layers {self.depth}, "
+                              f"edges {self.edges}, bias {self.bias})", self.path)
+        self.source = str(attrs.get("source", ""))
+        self.attrs = attrs
+        n = self.neurons
+        self._layers: list[Sparse | None] = [None] * self.depth
+        with metadata_of(self.path):
+            if check != "lazy":
+                self._layers = [self._layer_meta(k) for k in range(1, self.depth + 1)]
+                if sum(s.nnz for s in self._layers) != self.edges:
+                    raise DasknnError("the layers' entries do not add up to the store's edge count", self.path)
+            # by the folder, not zarr's listing: inputs whose metadata is damaged are an error, not absent
+            self.inputs = Inputs(self.root, n, self.path) if has_group(self.path, "inputs") else None
+        if check == "full" or (check == "auto" and self.edges <= FULL_CHECK_ENTRIES):
+            self.check()
+
+    def _layer_meta(self, k: int) -> Sparse:
+        # opened (its metadata read and checked) once, when first needed
+        meta = self._layers[k - 1]
+        if meta is None:
+            n = self.neurons
+            meta = self._layers[k - 1] = Sparse.open(self.root, f"layers/{k}", "CSC", (n, n), f"layer {k}", self.path)
+        return meta
+
+    def layer(self, k: int) -> sp.csc_matrix:
+        """Read layer ``k`` (1-based) whole, as a CSC matrix in the challenge's orientation."""
+        return self.columns(k, 0, self.neurons)
+
+    def columns(self, k: int, start: int, stop: int) -> sp.csc_matrix:
+        """Read output neurons ``start:stop`` of layer ``k``: ``W_k[:, start:stop]``, touching only their chunks."""
+        if not 1 <= k <= self.depth:
+            raise DasknnError(f"layer {k} is outside 1..{self.depth}", self.path)
+        ptr, idx, val = self._layer_meta(k).read(start, stop)
+        return sp.csc_matrix((val, idx, ptr), shape=(self.neurons, stop - start))
+
+    def layer_nnz(self, k: int) -> int:
+        """Entries of layer ``k`` (from metadata, no read)."""
+        return self._layer_meta(k).nnz
+
+    def iter_layers(self) -> Iterator[sp.csc_matrix]:
+        """Yield the layers one at a time, holding one in memory."""
+        for k in range(1, self.depth + 1):
+            yield self.layer(k)
+
+    def network(self) -> Network:
+        """Read every layer into an in-memory :class:`~dasknn.network.Network`."""
+        return Network(list(self.iter_layers()), self.bias, self.ymax, source=str(self.path))
+
+    def lazy_layers(self) -> Sequence[sp.csc_matrix]:
+        """The layers as a sequence that reads each one when it is indexed (``[k - 1]`` reads layer k)."""
+        return _StoreLayers(self)
+
+    def partition_layers(self) -> Sequence[sp.csc_matrix]:
+        """The layers as partitioning reads them: in memory when the network is small (up to
+        :data:`FULL_CHECK_ENTRIES` entries), else read on demand, a layer or two at a time (out of core)."""
+        return self.network().layers if self.edges <= FULL_CHECK_ENTRIES else self.lazy_layers()
+
+    def check(self) -> None:
+        """Read every stored array once and check it (pointers, index ranges, finite values, checksums)."""
+        for k in range(1, self.depth + 1):
+            self.layer(k)
+        if self.inputs is not None:
+            self.inputs.rows()
+
+    def nbytes_on_disk(self) -> int:
+        """Bytes the store takes on disk (or behind its URL)."""
+        if is_url(self.path):
+            import fsspec.core
+
+            fs, root = fsspec.core.url_to_fs(str(self.path))
+            return int(fs.du(root))
+        plans = self.path / "plans"  # derived data, not the network
+        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file() and plans not in f.parents)
+
+
+def open_store(path: str | os.PathLike[str], check: str = "auto") -> NetworkStore:
+    """Open and validate a dasknn store.
+
+    Parameters
+    ----------
+    path
+        The store's folder (``*.zarr``).
+    check
+        ``"auto"`` reads and checks every value of small stores (up to :data:`FULL_CHECK_ENTRIES` entries) and
+        only the metadata of larger ones, whose reads are checked as they happen; ``"full"`` always reads
+        everything; ``"metadata"`` never does; ``"lazy"`` reads a layer's metadata only when that layer is first
+        read (a worker's task that reads one layer of a store the client has already opened).
+
+    Raises
+    ------
+    DasknnError
+        Naming the store and the layer at fault.
+    """
+    return NetworkStore(path, check=check)
+
+
+def is_store(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` looks like a Zarr store (a folder, or a URL, with ``zarr.json``)."""
+    return file_exists(location(path), "zarr.json")

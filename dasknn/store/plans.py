@@ -1,0 +1,139 @@
+"""Part plans (model mode out of core): per layer ``l{k}`` and part ``p{q}``, the part's block of the layer
+(binsparse CSC over the rows it reads) and its exchange lists, so a part reads its own columns only."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+
+from ..errors import DasknnError
+from .common import VERSION, WRITE_ALL, check_array, codecs, location, open_root
+from .sparse import Sparse, write_sparse
+
+PLAN_FORMAT = "dasknn-part-plan"
+
+
+def plan_digest(network: str, owners: np.ndarray) -> str:
+    """A name for the part plan of ``network`` under ``owners`` (the same network and owners, the same name)."""
+    h = hashlib.sha256(str(network).encode())
+    h.update(np.ascontiguousarray(owners, dtype=np.int32).tobytes())
+    return h.hexdigest()[:16]
+
+
+def create_plan_store(path: str | os.PathLike[str], network: str, owners: np.ndarray) -> None:
+    """Start an empty part plan store for ``network`` partitioned by ``owners`` (layers are added by
+    :func:`write_plan_layer`, then :func:`finish_plan_store` marks it complete)."""
+    path = Path(path)
+    if path.exists():
+        shutil.rmtree(path)
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    # a row per chunk: the task that writes layer k reads rows k - 1 and k only
+    arr = root.create_array("owners", shape=owners.shape, chunks=(1, owners.shape[1]), dtype=np.int32,
+                            compressors=codecs(), config=WRITE_ALL)
+    arr[:] = owners.astype(np.int32)
+    root.attrs["dasknn"] = {"format": PLAN_FORMAT, "version": VERSION, "network": str(network),
+                            "digest": plan_digest(network, owners), "layers": int(owners.shape[0] - 1),
+                            "neurons": int(owners.shape[1]), "parts": int(owners.max()) + 1, "complete": False}
+
+
+def read_plan_owners(path: str | os.PathLike[str], start: int, stop: int) -> np.ndarray:
+    """Rows ``start:stop`` of the owners of a part plan (complete or being written)."""
+    root = zarr.open_group(location(path), mode="r", zarr_format=3)
+    return np.asarray(check_array(root["owners"], "owners", location(path), "iu")[start:stop])
+
+
+#: The lists of a PartLayer, in the order they are packed into one array per part and layer.
+_LISTS = ("outputs", "inputs", "local_dst", "local_src")
+
+
+def write_plan_layer(path: str | os.PathLike[str], k: int, row: list, blocks: list[sp.csc_matrix]) -> None:
+    """Write layer ``k`` of a part plan: every part's :class:`~dasknn.plan.PartLayer` (``row``) and its block
+    of the layer, indexed into the rows it reads (``blocks``, from :func:`dasknn.plan.local_block`)."""
+    root = zarr.open_group(Path(path), mode="r+", zarr_format=3)
+    layer = root.require_group(f"l{k}")
+    for q, (pl, block) in enumerate(zip(row, blocks)):
+        g = layer.require_group(f"p{q}")
+        lists = [pl.outputs, pl.inputs, pl.local[0], pl.local[1]]
+        lists += [pl.recv[p] for p in sorted(pl.recv)] + [pl.send[p] for p in sorted(pl.send)]
+        flat = np.concatenate([np.asarray(a, dtype=np.int64) for a in lists])
+        arr = g.create_array("lists", shape=flat.shape, chunks=(max(1, flat.size),), dtype=np.int64,
+                             compressors=codecs(), config=WRITE_ALL, overwrite=True)
+        if flat.size:
+            arr[:] = flat
+        write_sparse(g.require_group("block"), "CSC", block)
+        g.attrs["lists"] = {"sizes": [int(np.asarray(a).size) for a in lists],
+                            "recv": sorted(int(p) for p in pl.recv), "send": sorted(int(p) for p in pl.send)}
+    layer.attrs["complete"] = True
+
+
+def finish_plan_store(path: str | os.PathLike[str], counts: np.ndarray) -> None:
+    """Mark a part plan complete, with its exchange counts ``(L, parts, parts)``, once every layer is written."""
+    root = zarr.open_group(Path(path), mode="r+", zarr_format=3)
+    arr = root.create_array("counts", shape=counts.shape, chunks=counts.shape, dtype=np.int64, compressors=codecs(),
+                            config=WRITE_ALL, overwrite=True)
+    arr[:] = counts
+    root.attrs["dasknn"] = {**dict(root.attrs)["dasknn"], "complete": True}
+
+
+class PlanStore:
+    """A part plan opened for reading: what each part of a model-mode run reads, layer by layer, instead of the
+    whole layer (its own columns, already indexed into the rows it reads, and its exchange lists)."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = location(path)
+        self.root, attrs = open_root(self.path, (PLAN_FORMAT,))
+        try:
+            self.parts, self.depth, self.neurons = int(attrs["parts"]), int(attrs["layers"]), int(attrs["neurons"])
+            self.network, self.digest = str(attrs["network"]), str(attrs["digest"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise DasknnError(f"part plan attributes are damaged ({e})", self.path) from None
+
+    def owners(self) -> np.ndarray:
+        """The partition the plan was made for."""
+        return np.asarray(check_array(self.root["owners"], "owners", self.path, "iu")[:])
+
+    def counts(self) -> np.ndarray:
+        """``(L, parts, parts)``: entries part p sends part q in layer k, at ``[k - 1, p, q]``."""
+        return np.asarray(check_array(self.root["counts"], "counts", self.path, "iu")[:])
+
+    def part_layer(self, q: int, k: int, dtype: str | np.dtype) -> tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Part ``q``'s PartLayer and block (CSC raw arrays, values as ``dtype``) in layer ``k``."""
+        from ..plan import PartLayer
+
+        label = f"part plan layer {k} part {q}"
+        try:
+            g = self.root[f"l{k}/p{q}"]
+            desc = dict(g.attrs)["lists"]
+            sizes, recv, send = list(desc["sizes"]), list(desc["recv"]), list(desc["send"])
+            flat = np.asarray(check_array(g["lists"], f"{label}: lists", self.path, "iu")[:], dtype=np.int64)
+            shape = tuple(dict(g["block"].attrs)["binsparse"]["shape"])
+        except DasknnError:
+            raise
+        except Exception as e:  # a missing group or chunk, damaged metadata, a checksum
+            raise DasknnError(f"{label}: missing or damaged ({type(e).__name__}: {e})", self.path) from None
+        if len(sizes) != len(_LISTS) + len(recv) + len(send) or sum(sizes) != flat.size:
+            raise DasknnError(f"{label}: its lists do not match their sizes", self.path)
+        lists = np.split(flat, np.cumsum(sizes)[:-1])
+        pl = PartLayer(outputs=lists[0], inputs=lists[1], local=(lists[2], lists[3]),
+                       recv=dict(zip(recv, lists[4:4 + len(recv)])), send=dict(zip(send, lists[4 + len(recv):])))
+        block = Sparse.open(g, "block", "CSC", shape, f"{label}: block", self.path)
+        indptr, indices, data = block.read(0, shape[1])
+        return pl, (indptr, indices, data.astype(dtype, copy=False))
+
+
+def open_plan_store(path: str | os.PathLike[str], network: str, owners: np.ndarray) -> PlanStore | None:
+    """The complete part plan at ``path`` if it was made for ``network`` and ``owners``; None otherwise."""
+    try:
+        plan = PlanStore(path)
+    except DasknnError:
+        return None
+    if plan.digest != plan_digest(network, owners):
+        return None
+    return plan

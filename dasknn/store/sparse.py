@@ -1,0 +1,133 @@
+"""One sparse matrix as a store holds it: a binsparse group (``pointers_to_1``, ``indices_1``, ``values``),
+written whole and read back by blocks of rows or columns, every read checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+
+from ..errors import DasknnError
+from . import common
+from .common import WRITE_ALL, check_array, codecs
+
+def _binsparse(fmt: str, shape: tuple[int, int], nnz: int, values: np.dtype) -> dict[str, Any]:
+    return {
+        "version": "0.1",
+        "format": fmt,
+        "shape": [int(shape[0]), int(shape[1])],
+        "number_of_stored_values": int(nnz),
+        "data_types": {"pointers_to_1": "int64", "indices_1": "int32", "values": np.dtype(values).name},
+    }
+
+
+def write_sparse(group: zarr.Group, fmt: str, m: sp.csc_matrix | sp.csr_matrix, extra: dict | None = None) -> None:
+    """Write ``m`` into ``group`` as a binsparse ``fmt`` ("CSC" or "CSR") matrix, with ``extra`` attributes."""
+    # the chunk sizes are read from common at each call: a test shrinks them there
+    nnz = int(m.nnz)
+    nptr = m.indptr.size
+    for name, data, chunk in (
+        ("pointers_to_1", m.indptr.astype(np.int64, copy=False), min(common.CHUNK_ROWS + 1, nptr)),
+        ("indices_1", m.indices.astype(np.int32, copy=False), max(1, min(common.CHUNK_ENTRIES, nnz))),
+        ("values", m.data, max(1, min(common.CHUNK_ENTRIES, nnz))),
+    ):
+        arr = group.create_array(name, shape=data.shape, chunks=(chunk,), dtype=data.dtype, compressors=codecs(),
+                                 config=WRITE_ALL)
+        if data.size:
+            arr[:] = data
+    group.attrs.update({"binsparse": _binsparse(fmt, m.shape, nnz, m.data.dtype), **(extra or {})})
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """One stored binsparse matrix, opened lazily; reads check what they read."""
+
+    pointers: zarr.Array
+    indices: zarr.Array
+    values: zarr.Array
+    shape: tuple[int, int]
+    fmt: str
+    name: str
+    store: Path
+
+    @classmethod
+    def open(cls, root: zarr.Group, name: str, fmt: str, shape: tuple[int, int], label: str, store: Path) -> Sparse:
+        try:
+            g = root[name]
+            desc = dict(g.attrs)["binsparse"]
+            p, i, v = (g[a] for a in ("pointers_to_1", "indices_1", "values"))
+        except KeyError as e:
+            raise DasknnError(f"{label} is missing or incomplete ({e})", store) from None
+        except Exception as e:  # metadata zarr cannot parse (a mangled zarr.json, an unknown codec)
+            raise DasknnError(f"{label}: damaged metadata ({type(e).__name__}: {e})", store) from None
+        for a, arr in (("pointers_to_1", p), ("indices_1", i), ("values", v)):
+            check_array(arr, f"{label}: {a}", store)
+        if not isinstance(desc, dict) or not isinstance(desc.get("shape"), list):
+            raise DasknnError(f"{label}: the binsparse descriptor is damaged", store)
+        if desc.get("format") != fmt or list(desc.get("shape", [])) != list(shape):
+            raise DasknnError(f"{label}: expected a {fmt} matrix of shape {list(shape)}, the descriptor says "
+                              f"{desc.get('format')} {desc.get('shape')}", store)
+        nnz = desc.get("number_of_stored_values")
+        if type(nnz) is not int or nnz < 0:
+            raise DasknnError(f"{label}: number_of_stored_values is {nnz!r}, not a count", store)
+        major = shape[1] if fmt == "CSC" else shape[0]
+        if p.shape != (major + 1,):
+            raise DasknnError(f"{label}: pointers_to_1 has {p.shape[0]} entries, expected {major + 1}", store)
+        if i.shape != (nnz,) or v.shape != (nnz,):
+            raise DasknnError(f"{label}: indices_1 and values must both hold {nnz} entries", store)
+        if not np.issubdtype(p.dtype, np.integer) or not np.issubdtype(i.dtype, np.integer):
+            raise DasknnError(f"{label}: pointers and indices must be integers", store)
+        if not np.issubdtype(v.dtype, np.floating):
+            raise DasknnError(f"{label}: values must be floating point, not {v.dtype}", store)
+        return cls(p, i, v, tuple(shape), fmt, label, store)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.values.shape[0])
+
+    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Read rows (CSR) or columns (CSC) ``start:stop``: (pointers from 0, indices, values), checked."""
+        minor = self.shape[0] if self.fmt == "CSC" else self.shape[1]
+        try:
+            ptr = np.asarray(self.pointers[start : stop + 1], dtype=np.int64)
+            if ptr.size and (np.any(np.diff(ptr) < 0) or ptr[0] < 0 or ptr[-1] > self.nnz):
+                raise DasknnError(f"{self.name}: pointers_to_1 is not monotone within 0..nnz", self.store)
+            if start == 0 and ptr.size and ptr[0] != 0:
+                raise DasknnError(f"{self.name}: pointers_to_1 must start at 0", self.store)
+            if stop == self.pointers.shape[0] - 1 and ptr.size and ptr[-1] != self.nnz:
+                raise DasknnError(f"{self.name}: pointers_to_1 must end at the number of entries", self.store)
+            a, b = int(ptr[0]), int(ptr[-1])
+            idx = np.asarray(self.indices[a:b], dtype=np.int32)
+            val = np.asarray(self.values[a:b])
+        except DasknnError:
+            raise
+        except Exception as e:  # a checksum mismatch or a missing/garbled chunk
+            raise DasknnError(f"{self.name}: cannot read entries ({self._bad_chunk(start, stop)}{type(e).__name__}: "
+                              f"{e}); the store is damaged", self.store) from None
+        if idx.size and (idx.min() < 0 or idx.max() >= minor):
+            raise DasknnError(f"{self.name}: an index is outside 0..{minor - 1}", self.store)
+        if not np.all(np.isfinite(val)):
+            raise DasknnError(f"{self.name}: a value is NaN or infinite", self.store)
+        return ptr - a, idx, val
+
+    def _bad_chunk(self, start: int, stop: int) -> str:
+        """Which chunk a failed read of ``start:stop`` could not decode (read again one chunk at a time)."""
+        ranges = [("pointers_to_1", self.pointers, start, stop + 1)]
+        try:
+            ptr = np.asarray(self.pointers[start : stop + 1], dtype=np.int64)
+            ranges += [("indices_1", self.indices, int(ptr[0]), int(ptr[-1])),
+                       ("values", self.values, int(ptr[0]), int(ptr[-1]))]
+        except Exception:
+            pass  # the pointers themselves are damaged: one of their chunks is named below
+        for name, arr, a, b in ranges:
+            size = max(1, int(arr.chunks[0]))
+            for c in range(a // size, -(-b // size)):
+                try:
+                    arr[c * size : min((c + 1) * size, arr.shape[0])]
+                except Exception:
+                    return f"{name} chunk {c}, entries {c * size}..{min((c + 1) * size, arr.shape[0]) - 1}: "
+        return ""

@@ -1,0 +1,91 @@
+"""Streaming layers (out of core): layers read as they are needed, the next one read ahead in a background
+thread, at most ``keep`` in memory; whole layers (data mode) or one part's blocks from a part plan (model mode)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from ..errors import DasknnError
+from .layers import open_store
+from .plans import PlanStore
+
+class ReadAhead:
+    """Layers ``1..depth`` read as they are needed, with at most ``keep`` in memory at once and the next one read
+    ahead in a background thread while the current one computes.
+
+    This is what lets a worker run a network larger than its memory: the weights never all load. ``read(k)``
+    returns layer ``k``; ``bytes_read`` adds up ``nbytes`` of what was read.
+    """
+
+    def __init__(self, read: Callable[[int], Any], depth: int, keep: int = 2,
+                 nbytes: Callable[[Any], int] = lambda arrays: sum(a.nbytes for a in arrays)):
+        from concurrent.futures import ThreadPoolExecutor
+
+        if keep < 1:
+            raise DasknnError("--keep-layers must be at least 1")
+        self.depth = depth
+        self.keep = keep
+        self.bytes_read = 0
+        self._reader = read
+        self._nbytes = nbytes
+        self._cache: dict[int, Any] = {}  # layer -> Future of what read(k) returns
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dasknn-prefetch")
+        self._lock = threading.Lock()
+
+    def _read(self, k: int) -> Any:
+        out = self._reader(k)
+        with self._lock:
+            self.bytes_read += self._nbytes(out)
+        return out
+
+    def _request(self, k: int) -> None:
+        if 1 <= k <= self.depth and k not in self._cache:
+            self._cache[k] = self._pool.submit(self._read, k)
+
+    def layer(self, k: int) -> Any:
+        """Layer ``k`` (1-based); starts reading ``k + 1`` in the background."""
+        self._request(k)
+        fut = self._cache[k]
+        # drop everything but the layer in hand and the one being read ahead
+        for old in [j for j in self._cache if j not in (k, k + 1)]:
+            del self._cache[old]
+        if self.keep > 1:
+            self._request(k + 1)
+        return fut.result()
+
+    def layers(self, first: int, last: int) -> Iterator[Any]:
+        """Layers ``first..last`` in order."""
+        for k in range(first, last + 1):
+            yield self.layer(k)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._cache.clear()
+
+
+class LayerStream(ReadAhead):
+    """A store's layers, whole, as CSC raw arrays ``(indptr, indices, data)`` with values as ``dtype`` (data mode)."""
+
+    def __init__(self, path: str | os.PathLike[str], dtype: str, keep: int = 2):
+        self.store = open_store(path, check="metadata")
+        self.dtype = np.dtype(dtype)
+        super().__init__(self._layer, self.store.depth, keep)
+
+    def _layer(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        w = self.store.layer(k)
+        return w.indptr, w.indices, w.data.astype(self.dtype, copy=False)
+
+
+class PartStream(ReadAhead):
+    """One part's layers from a part plan, as ``(PartLayer, (indptr, indices, data))`` (model mode): a part reads
+    its own columns only."""
+
+    def __init__(self, path: str | os.PathLike[str], part: int, dtype: str, keep: int = 2):
+        self.plan = PlanStore(path)
+        super().__init__(lambda k: self.plan.part_layer(part, k, dtype), self.plan.depth, keep,
+                         nbytes=lambda out: sum(a.nbytes for a in out[1]))
