@@ -144,7 +144,7 @@ def emulate_staged(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_ou
 
 
 def emulate_step(yt, indptr, indices, data, bias, ymax, variant, max_grid=kernels.GPU_MAX_GRID_Y):
-    """What one launch of :func:`dasknn.kernels._gpu_step` computes, by emulation: ``(out, alive flags)``."""
+    """What one launch of :func:`dasknn.kernels.gpu.gpu_step` computes, by emulation: ``(out, alive flags)``."""
     dtype = yt.dtype
     n_in, nb = yt.shape
     n_out = indptr.size - 1
@@ -235,7 +235,7 @@ def test_gpu_loop_logic_with_numpy_standins(monkeypatch, slice_paths, compact_ev
         return out
 
     monkeypatch.setitem(sys.modules, "cupy", _numpy_cupy())
-    monkeypatch.setattr(kernels, "_gpu_step", step)
+    monkeypatch.setattr(kernels.gpu, "gpu_step", step)
     net = io.read_network(slice_paths["network"])
     images = io.read_images(slice_paths["images"])[:300]
     layers = [(w.indptr, w.indices, w.data) for w in net.layers]
@@ -449,7 +449,7 @@ def test_gpu_kernel_equals_numba(dtype, variant):
     yt = random_activations(n_in, nb, seed=7, dtype=dtype)
     want = kernels.layer_step_numpy(yt, indptr, indices, data, -0.3, 4.0)
     alive = cupy.zeros(nb, dtype=cupy.int32)
-    got = kernels._gpu_step(cupy.asarray(yt), cupy.asarray(indptr), cupy.asarray(indices), cupy.asarray(data),
+    got = kernels.gpu_step(cupy.asarray(yt), cupy.asarray(indptr), cupy.asarray(indices), cupy.asarray(data),
                             -0.3, 4.0, alive, variant)
     np.testing.assert_array_equal(cupy.asnumpy(got), want)  # bit for bit: same order, no FMA
     np.testing.assert_array_equal(cupy.asnumpy(alive).astype(bool), want.any(axis=0))
@@ -464,7 +464,7 @@ def test_gpu_kernel_equals_numba(dtype, variant):
 def test_gpu_kernel_loops_over_tiles_beyond_the_grid(monkeypatch):
     import cupy
 
-    monkeypatch.setattr(kernels, "GPU_MAX_GRID_Y", 3)  # 16 tiles of images, 3 blocks along them
+    monkeypatch.setattr(kernels.gpu, "GPU_MAX_GRID_Y", 3)  # 16 tiles of images, 3 blocks along them
     indptr, indices, data = random_layer(64, 50, seed=9, dtype=np.float32)
     yt = random_activations(64, 500, seed=9, dtype=np.float32)
     want = kernels.layer_step_numpy(yt, indptr, indices, data, -0.3, 32.0)

@@ -1,0 +1,295 @@
+"""The fused layer step on the GPU (CuPy): CUDA source, launch shapes, kernel cache, the loop over layers.
+
+The GPU kernels follow the CPU kernel's layout (activations transposed and dense, the layer in CSC form) and its
+arithmetic: each output is summed in the block's entry order with separately rounded multiplies and adds (no
+fused multiply-add), so float32 results agree with the Numba kernel and the reference bit for bit. Nothing here
+imports CuPy at module level: CuPy registers itself with the dispatchers the first time a CuPy array arrives
+(:mod:`dasknn.kernels.dispatch`), and the source below is compiled (by NVRTC, through CuPy) on the first launch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: Images per thread block: one per lane of a warp, so a warp's loads of one neuron's row are one transaction.
+GPU_TILE = 32
+#: Output neurons per block in the gather kernel (one per warp).
+GPU_ROWS = 8
+#: Warps per block in the staged kernel (they share the tile's inputs held in shared memory).
+GPU_STAGED_WARPS = 32
+#: Largest shared-memory tile (``inputs x GPU_TILE`` activations) the staged kernel uses, before the device's
+#: own opt-in limit: 1024 float32 inputs (128 KiB) fit; float64 and wider layers use the gather kernel.
+GPU_STAGED_MAX_BYTES = 160 * 1024
+#: Layers between compactions on the GPU: each compaction waits for the device (to learn how many images are
+#: left), so doing it every layer would cost a synchronisation per layer.
+GPU_COMPACT_EVERY = 4
+#: Grid dimension limit of CUDA (y and z); kernels loop over image tiles beyond it.
+GPU_MAX_GRID_Y = 65535
+
+#: CUDA source of the fused layer step, compiled with ``#define``s for the constants above. Kept as text so the
+#: CPU tests can read it; ``tests/test_kernels_gpu.py`` carries a line-by-line Python transcription.
+CUDA_SOURCE = r"""
+// yt: n_in x nb activations (row-major: one row per input neuron, one column per image); out: n_out x nb.
+// The layer in CSC form: indptr (n_out + 1, int64) over output neurons, indices (int32) its input neurons,
+// data its weights. alive[b] is set to 1 for every image b with a nonzero output (the caller zeroes it).
+
+__device__ __forceinline__ float madd(float acc, float y, float w) { return __fadd_rn(acc, __fmul_rn(y, w)); }
+__device__ __forceinline__ double madd(double acc, double y, double w) { return __dadd_rn(acc, __dmul_rn(y, w)); }
+
+template <typename T>
+__device__ __forceinline__ T rule(T v, T bias, T ymax) {
+    if (v != T(0)) {  // the bias goes to nonzero sums only, then ReLU and the clamp
+        v = v + bias;
+        v = v < T(0) ? T(0) : (v > ymax ? ymax : v);
+    }
+    return v;
+}
+
+// Gather kernel. Block (x, y) computes output neuron j = x * ROWS + threadIdx.y for image
+// b = tile * TILE + threadIdx.x, tile = y, y + gridDim.y, ... Output blocks vary fastest, so the blocks that run
+// together share an image tile and its input rows stay in cache.
+template <typename T>
+__device__ void step_gather(const T* __restrict__ yt, const long long* __restrict__ indptr,
+                            const int* __restrict__ indices, const T* __restrict__ data, T bias, T ymax,
+                            T* __restrict__ out, int* __restrict__ alive, long long n_in, long long n_out,
+                            long long nb) {
+    __shared__ int tile_alive[TILE];
+    const long long j = (long long)blockIdx.x * ROWS + threadIdx.y;
+    for (long long tile = blockIdx.y; tile * TILE < nb; tile += gridDim.y) {
+        const long long b = tile * TILE + threadIdx.x;
+        if (threadIdx.y == 0) tile_alive[threadIdx.x] = 0;
+        __syncthreads();
+        if (j < n_out && b < nb) {
+            T acc = T(0);
+            const long long end = indptr[j + 1];
+#pragma unroll 4
+            for (long long p = indptr[j]; p < end; ++p)
+                acc = madd(acc, __ldg(yt + (long long)__ldg(indices + p) * nb + b), __ldg(data + p));
+            const T v = rule(acc, bias, ymax);
+            out[j * nb + b] = v;
+            if (v != T(0)) tile_alive[threadIdx.x] = 1;
+        }
+        __syncthreads();
+        if (threadIdx.y == 0 && b < nb && tile_alive[threadIdx.x]) alive[b] = 1;
+    }
+}
+
+// Staged kernel, for layers whose tile of inputs (n_in x TILE) fits in shared memory. Block x computes every
+// output neuron for the images of tile x (then x + gridDim.x, ...): the block copies the tile's inputs into
+// shared memory once (zeros past the last image), then warp w computes neurons w, w + blockDim.y, ... reading
+// every gathered input from shared memory.
+template <typename T>
+__device__ void step_staged(const T* __restrict__ yt, const long long* __restrict__ indptr,
+                            const int* __restrict__ indices, const T* __restrict__ data, T bias, T ymax,
+                            T* __restrict__ out, int* __restrict__ alive, long long n_in, long long n_out,
+                            long long nb) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    T* sh = reinterpret_cast<T*>(smem);
+    __shared__ int tile_alive[TILE];
+    const int lane = threadIdx.x;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const int nthreads = blockDim.x * blockDim.y;
+    const int size = (int)n_in * TILE;
+    for (long long tile = blockIdx.x; tile * TILE < nb; tile += gridDim.x) {
+        const long long b0 = tile * TILE;
+        for (int i = tid; i < size; i += nthreads) {
+            const int r = i / TILE, c = i % TILE;
+            sh[i] = b0 + c < nb ? yt[(long long)r * nb + b0 + c] : T(0);
+        }
+        if (threadIdx.y == 0) tile_alive[lane] = 0;
+        __syncthreads();
+        const long long b = b0 + lane;
+        int mine = 0;
+        if (b < nb) {
+            for (long long j = threadIdx.y; j < n_out; j += blockDim.y) {
+                T acc = T(0);
+                const long long end = indptr[j + 1];
+#pragma unroll 4
+                for (long long p = indptr[j]; p < end; ++p)
+                    acc = madd(acc, sh[__ldg(indices + p) * TILE + lane], __ldg(data + p));
+                const T v = rule(acc, bias, ymax);
+                out[j * nb + b] = v;
+                mine |= v != T(0);
+            }
+        }
+        if (mine) tile_alive[lane] = 1;
+        __syncthreads();
+        if (threadIdx.y == 0 && b < nb && tile_alive[lane]) alive[b] = 1;
+        __syncthreads();  // the next tile overwrites the shared inputs
+    }
+}
+
+#define DASKNN_KERNEL(NAME, BODY, T)                                                                         \
+    extern "C" __global__ void NAME(const T* yt, const long long* indptr, const int* indices, const T* data,  \
+                                    T bias, T ymax, T* out, int* alive, long long n_in, long long n_out,     \
+                                    long long nb) {                                                          \
+        BODY<T>(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb);                         \
+    }
+DASKNN_KERNEL(dasknn_gather_f32, step_gather, float)
+DASKNN_KERNEL(dasknn_gather_f64, step_gather, double)
+DASKNN_KERNEL(dasknn_staged_f32, step_staged, float)
+DASKNN_KERNEL(dasknn_staged_f64, step_staged, double)
+"""
+
+GPU_VARIANTS = ("auto", "gather", "staged")
+
+
+def cuda_code() -> str:
+    """The complete CUDA translation unit: the constants as ``#define``s, then :data:`CUDA_SOURCE`."""
+    return f"#define TILE {GPU_TILE}\n#define ROWS {GPU_ROWS}\n" + CUDA_SOURCE
+
+
+@dataclass(frozen=True)
+class GpuLaunch:
+    """How one fused layer step is launched: kernel name, grid and block shapes (x, y), dynamic shared bytes."""
+
+    kernel: str
+    grid: tuple[int, int]
+    block: tuple[int, int]
+    shared_bytes: int
+
+
+def gpu_launch(variant: str, n_in: int, n_out: int, nb: int, itemsize: int,
+               shared_limit: int = GPU_STAGED_MAX_BYTES, max_grid: int = GPU_MAX_GRID_Y) -> GpuLaunch:
+    """Choose the kernel and its launch shape for a layer of ``n_in`` inputs, ``n_out`` outputs and ``nb`` images.
+
+    ``variant`` is ``"gather"``, ``"staged"`` or ``"auto"`` (staged when the tile's inputs fit in
+    ``shared_limit`` bytes of shared memory). ``max_grid`` caps the grid's image-tile dimension; the kernels
+    loop over the remaining tiles. Pure arithmetic, so it is tested on the CPU.
+    """
+    if variant not in GPU_VARIANTS:
+        raise ValueError(f"GPU kernel variant must be one of {', '.join(GPU_VARIANTS)}, not {variant!r}")
+    suffix = {4: "f32", 8: "f64"}[itemsize]
+    tiles = max(1, -(-nb // GPU_TILE))
+    staged_bytes = n_in * GPU_TILE * itemsize
+    if variant == "staged" and staged_bytes > shared_limit:
+        raise ValueError(f"the staged kernel needs {staged_bytes} bytes of shared memory; the limit is {shared_limit}")
+    if variant == "staged" or (variant == "auto" and staged_bytes <= shared_limit):
+        return GpuLaunch(f"dasknn_staged_{suffix}", (min(tiles, max_grid), 1), (GPU_TILE, GPU_STAGED_WARPS),
+                         staged_bytes)
+    return GpuLaunch(f"dasknn_gather_{suffix}", (max(1, -(-n_out // GPU_ROWS)), min(tiles, max_grid)),
+                     (GPU_TILE, GPU_ROWS), 0)
+
+
+_GPU_MODULES: dict[int, Any] = {}
+
+
+def _gpu_kernel(name: str, shared_bytes: int):  # pragma: no cover - needs a GPU
+    import cupy
+
+    dev = cupy.cuda.Device().id
+    if dev not in _GPU_MODULES:
+        _GPU_MODULES[dev] = cupy.RawModule(code=cuda_code(), options=("--std=c++14",))
+    kernel = _GPU_MODULES[dev].get_function(name)
+    if shared_bytes > 48 * 1024:
+        with warnings.catch_warnings():  # some CuPy versions deprecate the attribute's old spelling
+            warnings.simplefilter("ignore", DeprecationWarning)
+            if kernel.max_dynamic_shared_size_bytes < shared_bytes:
+                kernel.max_dynamic_shared_size_bytes = shared_bytes  # opt in beyond the default 48 KiB
+    return kernel
+
+
+_GPU_SHARED: dict[int, int] = {}
+
+
+def _gpu_shared_limit() -> int:  # pragma: no cover - needs a GPU
+    import cupy
+
+    dev = cupy.cuda.Device()
+    if dev.id not in _GPU_SHARED:
+        optin = dev.attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024)
+        # the kernel's own static shared memory (the alive flags) comes out of the same budget
+        _GPU_SHARED[dev.id] = min(GPU_STAGED_MAX_BYTES, int(optin) - 1024)
+    return _GPU_SHARED[dev.id]
+
+
+def gpu_step(yt, indptr, indices, data, bias: float, ymax: float, alive, variant: str = "auto"):  # pragma: no cover
+    """One launch of the fused kernel: :func:`layer_step_gpu`'s result, and ``alive`` (int32, at least as long as
+    the images) set to 1 for each image with a nonzero output (the caller zeroes it)."""
+    import cupy
+
+    dtype = yt.dtype
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(f"GPU kernels run float32 or float64 activations, not {dtype}")
+    yt = cupy.ascontiguousarray(yt)
+    indptr = cupy.asarray(indptr, dtype=cupy.int64)
+    indices = cupy.asarray(indices, dtype=cupy.int32)
+    data = cupy.asarray(data, dtype=dtype)
+    n_in, nb = yt.shape
+    n_out = indptr.size - 1
+    out = cupy.empty((n_out, nb), dtype=dtype)
+    if nb == 0 or n_out == 0:
+        return out
+    launch = gpu_launch(variant, n_in, n_out, nb, dtype.itemsize, _gpu_shared_limit(), GPU_MAX_GRID_Y)
+    kernel = _gpu_kernel(launch.kernel, launch.shared_bytes)
+    kernel(launch.grid, launch.block,
+           (yt, indptr, indices, data, dtype.type(bias), dtype.type(ymax), out, alive,
+            np.int64(n_in), np.int64(n_out), np.int64(nb)),
+           shared_mem=launch.shared_bytes)
+    return out
+
+
+def layer_step_gpu(yt, indptr, indices, data, bias: float, ymax: float, extra=None, *,
+                   variant: str = "auto"):  # pragma: no cover - needs a GPU
+    """One fused layer on the GPU (CuPy arrays in and out): the same contract as :func:`layer_step_numpy`.
+
+    ``variant`` picks the kernel (see :func:`gpu_launch`); results do not depend on it.
+    """
+    import cupy
+
+    if extra is not None:
+        yt = cupy.concatenate([yt, cupy.asarray(extra, dtype=yt.dtype)])
+    alive = cupy.zeros(max(1, yt.shape[1]), dtype=cupy.int32)
+    return gpu_step(yt, indptr, indices, data, bias, ymax, alive, variant)
+
+
+def run_layers_gpu(yt, layers: Iterable[tuple], bias: float, ymax: float, ids: np.ndarray,
+                   compact_every: int | None = None, variant: str = "auto"):  # pragma: no cover - needs a GPU
+    """:func:`run_layers` on CuPy activations: fused layer steps, compaction of dead images from their flags.
+
+    Every step also marks the images with a nonzero output, so a compaction needs no separate reduction: the
+    surviving columns are gathered every ``compact_every`` layers (:data:`GPU_COMPACT_EVERY` by default) and
+    after the last. ``ids`` follow on the device; they come back to the host (a NumPy array) at the end.
+    """
+    import cupy
+
+    every = GPU_COMPACT_EVERY if compact_every is None else compact_every
+    ids_d = cupy.asarray(ids)
+    alive = cupy.zeros(max(1, yt.shape[1]), dtype=cupy.int32)
+    k = 0
+    for k, (indptr, indices, data) in enumerate(layers, start=1):
+        if yt.shape[1] == 0:
+            break
+        alive[: yt.shape[1]] = 0
+        yt = gpu_step(yt, indptr, indices, data, bias, ymax, alive, variant)
+        if k % every == 0:
+            yt, ids_d = _compact_gpu(yt, ids_d, alive)
+    if k % every and yt.shape[1]:
+        yt, ids_d = _compact_gpu(yt, ids_d, alive)
+    return yt, cupy.asnumpy(ids_d)
+
+
+def _compact_gpu(yt, ids_d, alive):  # pragma: no cover - needs a GPU
+    import cupy
+
+    keep = cupy.flatnonzero(alive[: yt.shape[1]])  # waits for the device: the survivors' count sizes the rest
+    if keep.size == yt.shape[1]:
+        return yt, ids_d
+    return cupy.ascontiguousarray(yt[:, keep]), ids_d[keep]
+
+
+def layer_step_cusparse(yt, indptr, indices, data, bias: float, ymax: float):  # pragma: no cover - needs a GPU
+    """The layer as one cuSPARSE product (``W^T @ yt``) and an element-wise epilogue: a library baseline for the
+    fused kernels (sums in cuSPARSE's order, so float32 may differ in the last bit)."""
+    import cupy
+    import cupyx.scipy.sparse as csp
+
+    w = csp.csc_matrix((cupy.asarray(data, dtype=yt.dtype), cupy.asarray(indices), cupy.asarray(indptr)),
+                       shape=(yt.shape[0], indptr.size - 1))
+    z = w.T @ yt
+    return cupy.where(z != 0, cupy.clip(z + yt.dtype.type(bias), 0, ymax), 0).astype(yt.dtype)
