@@ -10,6 +10,8 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -320,6 +322,13 @@ def test_transcription_follows_the_source():
         assert fragment in code, fragment
 
 
+# --- the source through CUDA's compilers (no GPU needed) -----------------------------------------------------
+
+#: sm_90 (H100, H200): registers per block, shared memory per block with the opt-in, threads per block
+SM90_REGISTERS, SM90_SHARED_OPTIN, MAX_THREADS = 65536, 227 * 1024, 1024
+NO_COMPILER = "no NVRTC and ptxas: pip install 'dasknn[gpu-compile]' to compile the CUDA source without a GPU"
+
+
 def _nvrtc() -> ctypes.CDLL | None:
     # NVRTC compiles CUDA C++ to PTX without a GPU: from the nvidia-cuda-nvrtc wheel, or the system's library
     candidates = []
@@ -339,30 +348,112 @@ def _nvrtc() -> ctypes.CDLL | None:
     return None
 
 
-def test_cuda_source_compiles_with_nvrtc():
-    lib = _nvrtc()
-    if lib is None:
-        pytest.skip("no NVRTC: pip install nvidia-cuda-nvrtc-cu12 to compile the CUDA source without a GPU")
+def _ptxas() -> str | None:
+    # ptxas assembles PTX for one architecture and reports each kernel's registers, spills and shared memory
+    try:
+        import nvidia.cuda_nvcc
+
+        for d in nvidia.cuda_nvcc.__path__:
+            if os.access(os.path.join(d, "bin", "ptxas"), os.X_OK):
+                return os.path.join(d, "bin", "ptxas")
+    except ImportError:
+        pass
+    return shutil.which("ptxas")
+
+
+def nvrtc_ptx(lib: ctypes.CDLL, code: str, arch: str = "compute_90") -> str:
+    """``code`` compiled by NVRTC to PTX, with the options the GPU path uses; fails on an error or a warning."""
     prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), kernels.cuda_code().encode(), b"dasknn.cu", 0, None, None) == 0
-    opts = [b"--std=c++14", b"--gpu-architecture=compute_80"]
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), b"dasknn.cu", 0, None, None) == 0
+    opts = [o.encode() for o in kernels.gpu.GPU_COMPILE_OPTIONS] + [f"--gpu-architecture={arch}".encode()]
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     size = ctypes.c_size_t()
     lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
     log = ctypes.create_string_buffer(size.value)
     lib.nvrtcGetProgramLog(prog, log)
     assert rc == 0, log.value.decode()
-    assert "warning" not in log.value.decode().lower()
+    assert "warning" not in log.value.decode().lower(), log.value.decode()
     lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
     ptx = ctypes.create_string_buffer(size.value)
     lib.nvrtcGetPTX(prog, ptx)
-    text = ptx.value.decode()
     lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return ptx.value.decode()
+
+
+def ptxas_report(ptxas: str, ptx: str, tmp: Path, arch: str = "sm_90") -> dict[str, dict[str, int]]:
+    """Per kernel, what ptxas reports assembling ``ptx`` for ``arch``: registers, spill bytes, static shared."""
+    (tmp / "dasknn.ptx").write_text(ptx)
+    r = subprocess.run([ptxas, f"-arch={arch}", "-v", "-o", str(tmp / "dasknn.cubin"), str(tmp / "dasknn.ptx")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    report: dict[str, dict[str, int]] = {}
+    name = ""
+    for line in r.stderr.splitlines():
+        if m := re.search(r"Function properties for (\w+)", line):
+            name = m[1]
+            report[name] = {"registers": 0, "spills": 0, "smem": 0}
+        elif m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line):
+            report[name]["spills"] = int(m[1]) + int(m[2])
+        elif m := re.search(r"Used (\d+) registers", line):
+            report[name]["registers"] = int(m[1])
+            sm = re.search(r"(\d+) bytes smem", line)
+            report[name]["smem"] = int(sm[1]) if sm else 0
+    return report
+
+
+def launch_limits_broken(report: dict[str, dict[str, int]], ptx: str) -> list[str]:
+    """What in ptxas's report would stop or slow a launch as :func:`dasknn.kernels.gpu_launch` shapes it on sm_90:
+    spills, more registers than the block's threads have, more shared memory than the opt-in allows."""
+    broken = []
     for itemsize in (4, 8):
         for variant in ("gather", "staged"):
-            assert f".entry {kernels.gpu_launch(variant, 8, 8, 8, itemsize).kernel}(" in text
+            launch = kernels.gpu_launch(variant, 8, 8, 8, itemsize)
+            k = report[launch.kernel]
+            threads = launch.block[0] * launch.block[1]
+            warps = -(-threads // 32)
+            per_warp = -(-k["registers"] * 32 // 256) * 256  # registers are allocated per warp, 256 at a time
+            dynamic = kernels.gpu.GPU_STAGED_MAX_BYTES if variant == "staged" else 0  # the most a launch asks for
+            bound = re.search(rf"\.entry {launch.kernel}\((?:.|\n)*?\.maxntid (\d+), 1, 1", ptx)
+            if threads > MAX_THREADS or not bound or int(bound[1]) != threads:
+                broken.append(f"{launch.kernel}: {threads} threads a block, launch bound {bound and bound[1]}")
+            if k["spills"]:
+                broken.append(f"{launch.kernel}: spills {k['spills']} bytes")
+            if warps * per_warp > SM90_REGISTERS:
+                broken.append(f"{launch.kernel}: {k['registers']} registers x {threads} threads")
+            if k["smem"] + dynamic > SM90_SHARED_OPTIN:
+                broken.append(f"{launch.kernel}: {k['smem']} + {dynamic} bytes of shared memory")
+    return broken
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> tuple[str, dict[str, dict[str, int]]]:
+    lib, ptxas = _nvrtc(), _ptxas()
+    if lib is None or ptxas is None:
+        pytest.skip(NO_COMPILER)
+    ptx = nvrtc_ptx(lib, kernels.cuda_code())
+    return ptx, ptxas_report(ptxas, ptx, tmp_path_factory.mktemp("ptx"))
+
+
+@pytest.mark.parametrize("itemsize", [4, 8])
+def test_cuda_source_compiles_for_sm90_within_its_launch(compiled, itemsize):
+    ptx, report = compiled
+    for variant in ("gather", "staged"):
+        assert f".entry {kernels.gpu_launch(variant, 8, 8, 8, itemsize).kernel}(" in ptx
+    assert launch_limits_broken(report, ptx) == []
     # no fused multiply-add: each product is rounded before it is added, as on the CPU (bit-for-bit results)
-    assert "fma." not in text and "mul.rn.f32" in text and "add.rn.f32" in text
+    kind = {4: "f32", 8: "f64"}[itemsize]
+    assert "fma." not in ptx and f"mul.rn.{kind}" in ptx and f"add.rn.{kind}" in ptx
+
+
+def test_launch_check_catches_a_broken_bound(compiled, monkeypatch):
+    # the check itself: a launch of more threads than declared, and a shared tile beyond the opt-in, both fail
+    ptx, report = compiled
+    monkeypatch.setattr(kernels.gpu, "GPU_STAGED_WARPS", 16)
+    monkeypatch.setattr(kernels.gpu, "GPU_STAGED_MAX_BYTES", SM90_SHARED_OPTIN)
+    broken = " ".join(launch_limits_broken(report, ptx))
+    assert "512 threads a block, launch bound 1024" in broken and "bytes of shared memory" in broken
+    spilling = {name: dict(k, spills=8) for name, k in report.items()}
+    assert "spills 8 bytes" in " ".join(launch_limits_broken(spilling, ptx))
 
 
 # --- dispatch and lazy CuPy ----------------------------------------------------------------------------------

@@ -124,16 +124,18 @@ __device__ void step_staged(const T* __restrict__ yt, const long long* __restric
     }
 }
 
-#define DASKNN_KERNEL(NAME, BODY, T)                                                                         \
-    extern "C" __global__ void NAME(const T* yt, const long long* indptr, const int* indices, const T* data,  \
-                                    T bias, T ymax, T* out, int* alive, long long n_in, long long n_out,     \
-                                    long long nb) {                                                          \
+// THREADS: the block size every launch uses, declared so that the compiler keeps within its registers (at 1,024
+// threads a block, 64 a thread) rather than emit a kernel that cannot launch
+#define DASKNN_KERNEL(NAME, BODY, T, THREADS)                                                                \
+    extern "C" __global__ void __launch_bounds__(THREADS)                                                    \
+    NAME(const T* yt, const long long* indptr, const int* indices, const T* data, T bias, T ymax, T* out,     \
+         int* alive, long long n_in, long long n_out, long long nb) {                                        \
         BODY<T>(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb);                         \
     }
-DASKNN_KERNEL(dasknn_gather_f32, step_gather, float)
-DASKNN_KERNEL(dasknn_gather_f64, step_gather, double)
-DASKNN_KERNEL(dasknn_staged_f32, step_staged, float)
-DASKNN_KERNEL(dasknn_staged_f64, step_staged, double)
+DASKNN_KERNEL(dasknn_gather_f32, step_gather, float, TILE * ROWS)
+DASKNN_KERNEL(dasknn_gather_f64, step_gather, double, TILE * ROWS)
+DASKNN_KERNEL(dasknn_staged_f32, step_staged, float, TILE * STAGED_WARPS)
+DASKNN_KERNEL(dasknn_staged_f64, step_staged, double, TILE * STAGED_WARPS)
 """
 
 GPU_VARIANTS = ("auto", "gather", "staged")
@@ -141,7 +143,8 @@ GPU_VARIANTS = ("auto", "gather", "staged")
 
 def cuda_code() -> str:
     """The complete CUDA translation unit: the constants as ``#define``s, then :data:`CUDA_SOURCE`."""
-    return f"#define TILE {GPU_TILE}\n#define ROWS {GPU_ROWS}\n" + CUDA_SOURCE
+    return (f"#define TILE {GPU_TILE}\n#define ROWS {GPU_ROWS}\n#define STAGED_WARPS {GPU_STAGED_WARPS}\n"
+            + CUDA_SOURCE)
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ def gpu_launch(variant: str, n_in: int, n_out: int, nb: int, itemsize: int,
     """
     if variant not in GPU_VARIANTS:
         raise ValueError(f"GPU kernel variant must be one of {', '.join(GPU_VARIANTS)}, not {variant!r}")
-    suffix = {4: "f32", 8: "f64"}[itemsize]
+    suffix = _SUFFIX[itemsize]
     tiles = max(1, -(-nb // GPU_TILE))
     staged_bytes = n_in * GPU_TILE * itemsize
     if variant == "staged" and staged_bytes > shared_limit:
@@ -176,36 +179,36 @@ def gpu_launch(variant: str, n_in: int, n_out: int, nb: int, itemsize: int,
                      (GPU_TILE, GPU_ROWS), 0)
 
 
-_GPU_MODULES: dict[int, Any] = {}
+#: NVRTC options: C++17 is the default dialect of CUDA 12 and 13 alike.
+GPU_COMPILE_OPTIONS = ("--std=c++17",)
+_SUFFIX = {4: "f32", 8: "f64"}
+_MODULES: dict[int, Any] = {}  # device id -> the compiled source
+_KERNELS: dict[tuple[int, str], tuple[Any, int]] = {}  # (device id, kernel name) -> (kernel, dynamic shared limit)
 
 
-def _gpu_kernel(name: str, shared_bytes: int):  # pragma: no cover - needs a GPU
-    import cupy
+def gpu_kernel(name: str) -> tuple[Any, int]:  # pragma: no cover - needs a GPU
+    """The kernel ``name`` on the current device, and the most dynamic shared memory one launch of it may ask for.
 
-    dev = cupy.cuda.Device().id
-    if dev not in _GPU_MODULES:
-        _GPU_MODULES[dev] = cupy.RawModule(code=cuda_code(), options=("--std=c++14",))
-    kernel = _GPU_MODULES[dev].get_function(name)
-    if shared_bytes > 48 * 1024:
-        with warnings.catch_warnings():  # some CuPy versions deprecate the attribute's old spelling
-            warnings.simplefilter("ignore", DeprecationWarning)
-            if kernel.max_dynamic_shared_size_bytes < shared_bytes:
-                kernel.max_dynamic_shared_size_bytes = shared_bytes  # opt in beyond the default 48 KiB
-    return kernel
-
-
-_GPU_SHARED: dict[int, int] = {}
-
-
-def _gpu_shared_limit() -> int:  # pragma: no cover - needs a GPU
+    The source is compiled once per device and each kernel looked up once per device and name, not per launch.
+    On first lookup the kernel opts in to the device's shared memory per block less its own static shared memory
+    (its alive flags), and the limit returned is the kernel's own ``max_dynamic_shared_size_bytes`` as read back:
+    a launch compared with it cannot ask for more than the kernel allows.
+    """
     import cupy
 
     dev = cupy.cuda.Device()
-    if dev.id not in _GPU_SHARED:
-        optin = dev.attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024)
-        # the kernel's own static shared memory (the alive flags) comes out of the same budget
-        _GPU_SHARED[dev.id] = min(GPU_STAGED_MAX_BYTES, int(optin) - 1024)
-    return _GPU_SHARED[dev.id]
+    key = (dev.id, name)
+    if key not in _KERNELS:
+        if dev.id not in _MODULES:
+            _MODULES[dev.id] = cupy.RawModule(code=cuda_code(), options=GPU_COMPILE_OPTIONS)
+        kernel = _MODULES[dev.id].get_function(name)
+        optin = int(dev.attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024)) - int(kernel.shared_size_bytes)
+        with warnings.catch_warnings():  # some CuPy versions deprecate the attribute's old spelling
+            warnings.simplefilter("ignore", DeprecationWarning)
+            if kernel.max_dynamic_shared_size_bytes < optin:
+                kernel.max_dynamic_shared_size_bytes = optin  # opt in beyond the default 48 KiB
+            _KERNELS[key] = (kernel, int(kernel.max_dynamic_shared_size_bytes))
+    return _KERNELS[key]
 
 
 def gpu_step(yt, indptr, indices, data, bias: float, ymax: float, alive, variant: str = "auto"):  # pragma: no cover
@@ -225,8 +228,9 @@ def gpu_step(yt, indptr, indices, data, bias: float, ymax: float, alive, variant
     out = cupy.empty((n_out, nb), dtype=dtype)
     if nb == 0 or n_out == 0:
         return out
-    launch = gpu_launch(variant, n_in, n_out, nb, dtype.itemsize, _gpu_shared_limit(), GPU_MAX_GRID_Y)
-    kernel = _gpu_kernel(launch.kernel, launch.shared_bytes)
+    staged_limit = min(GPU_STAGED_MAX_BYTES, gpu_kernel(f"dasknn_staged_{_SUFFIX[dtype.itemsize]}")[1])
+    launch = gpu_launch(variant, n_in, n_out, nb, dtype.itemsize, staged_limit, GPU_MAX_GRID_Y)
+    kernel = gpu_kernel(launch.kernel)[0]
     kernel(launch.grid, launch.block,
            (yt, indptr, indices, data, dtype.type(bias), dtype.type(ymax), out, alive,
             np.int64(n_in), np.int64(n_out), np.int64(nb)),
