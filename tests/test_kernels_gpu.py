@@ -255,6 +255,48 @@ def test_gpu_loop_logic_with_numpy_standins(monkeypatch, slice_paths, compact_ev
     assert launches[-1] < 300
 
 
+def test_kernels_are_compiled_once_per_device_and_opt_in_to_the_shared_memory_left(monkeypatch):
+    # a stand-in CuPy that counts compilations and lookups; a device with 227 KiB of shared memory per block
+    # and kernels with 128 bytes of static shared memory (their alive flags), as ptxas reports for sm_90
+    made, looked_up = [], []
+
+    class Function:
+        shared_size_bytes = 128
+
+        def __init__(self, name):
+            self.name = name
+            self.max_dynamic_shared_size_bytes = 48 * 1024 - 128  # CUDA's default: 48 KiB in all
+
+    class Module:
+        def __init__(self, code, options):
+            made.append(options)
+
+        def get_function(self, name):
+            looked_up.append(name)
+            return Function(name)
+
+    current = [0]
+    fake = types.ModuleType("cupy")
+    fake.RawModule = Module
+    fake.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(
+        id=current[0], attributes={"MaxSharedMemoryPerBlockOptin": 227 * 1024}))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(kernels.gpu, "_MODULES", {})
+    monkeypatch.setattr(kernels.gpu, "_KERNELS", {})
+    kernel, limit = kernels.gpu.gpu_kernel("dasknn_staged_f32")
+    assert limit == 227 * 1024 - 128 == kernel.max_dynamic_shared_size_bytes
+    for _ in range(3):
+        assert kernels.gpu.gpu_kernel("dasknn_staged_f32")[0] is kernel
+    kernels.gpu.gpu_kernel("dasknn_gather_f32")
+    assert len(made) == 1 and looked_up == ["dasknn_staged_f32", "dasknn_gather_f32"]
+    current[0] = 1  # another device: its own module and lookups
+    assert kernels.gpu.gpu_kernel("dasknn_staged_f32")[0] is not kernel
+    assert len(made) == 2 and made[0] == kernels.gpu.GPU_COMPILE_OPTIONS
+    # 384 float32 inputs: a tile of exactly 48 KiB of dynamic shared memory, staged within the kernel's limit
+    launch = kernels.gpu_launch("auto", 384, 10, 100, 4, min(kernels.GPU_STAGED_MAX_BYTES, limit))
+    assert launch.kernel == "dasknn_staged_f32" and launch.shared_bytes == 48 * 1024 <= limit
+
+
 # --- launch shapes and the source ----------------------------------------------------------------------------
 
 
