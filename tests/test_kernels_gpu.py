@@ -63,8 +63,14 @@ def _rule(v, bias, ymax):
     return v
 
 
-def emulate_gather(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb, grid, block):
-    """step_gather, thread by thread: ``yt``, ``out`` are flat (pointer arithmetic), ``alive`` int32 flags."""
+def _input_row(yt, extra, split, i, nb):
+    # input_row: (array, offset) for the pointer yt + i * nb, or extra + (i - split) * nb
+    return (yt, i * nb) if i < split else (extra, (i - split) * nb)
+
+
+def emulate_gather(yt, extra, split, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb, grid, block):
+    """step_gather, thread by thread: ``yt``, ``extra``, ``out`` are flat (pointer arithmetic), ``alive`` int32
+    flags."""
     TILE, ROWS = kernels.GPU_TILE, kernels.GPU_ROWS
     T = yt.dtype.type
     assert block == (TILE, ROWS)
@@ -85,7 +91,8 @@ def emulate_gather(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_ou
                         if j < n_out and b < nb:
                             acc = T(0)
                             for p in range(indptr[j], indptr[j + 1]):
-                                acc = _madd(acc, yt[int(indices[p]) * nb + b], data[p])
+                                row, at = _input_row(yt, extra, split, int(indices[p]), nb)
+                                acc = _madd(acc, row[at + b], data[p])
                             v = _rule(acc, bias, ymax)
                             out[j * nb + b] = v
                             if v != T(0):
@@ -99,7 +106,8 @@ def emulate_gather(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_ou
                 tile += grid[1]
 
 
-def emulate_staged(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb, grid, block, shared_bytes):
+def emulate_staged(yt, extra, split, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb, grid, block,
+                   shared_bytes):
     """step_staged, thread by thread, with the dynamic shared memory as a flat array of ``shared_bytes``."""
     TILE = kernels.GPU_TILE
     T = yt.dtype.type
@@ -117,7 +125,8 @@ def emulate_staged(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_ou
                     tid = ty * block[0] + lane
                     for i in range(tid, size, nthreads):
                         r, c = i // TILE, i % TILE
-                        sh[i] = yt[r * nb + b0 + c] if b0 + c < nb else T(0)
+                        row, at = _input_row(yt, extra, split, r, nb)
+                        sh[i] = row[at + b0 + c] if b0 + c < nb else T(0)
                     if ty == 0:
                         tile_alive[lane] = 0
             # __syncthreads()
@@ -145,15 +154,17 @@ def emulate_staged(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_ou
             tile += grid[0]
 
 
-def emulate_step(yt, indptr, indices, data, bias, ymax, variant, max_grid=kernels.GPU_MAX_GRID_Y):
+def emulate_step(yt, indptr, indices, data, bias, ymax, variant, max_grid=kernels.GPU_MAX_GRID_Y, extra=None):
     """What one launch of :func:`dasknn.kernels.gpu.gpu_step` computes, by emulation: ``(out, alive flags)``."""
     dtype = yt.dtype
-    n_in, nb = yt.shape
+    split, nb = yt.shape
+    extra = yt if extra is None else extra
+    n_in = split + (0 if extra is yt else extra.shape[0])
     n_out = indptr.size - 1
     launch = kernels.gpu_launch(variant, n_in, n_out, nb, dtype.itemsize, max_grid=max_grid)
     out = np.full(n_out * nb, np.nan, dtype=dtype)  # uninitialised, as cupy.empty
     alive = np.zeros(nb, dtype=np.int32)
-    args = (yt.ravel(), indptr, indices, data.astype(dtype), dtype.type(bias), dtype.type(ymax), out, alive,
+    args = (yt.ravel(), extra.ravel(), split, indptr, indices, data.astype(dtype), dtype.type(bias), dtype.type(ymax), out, alive,
             n_in, n_out, nb, launch.grid, launch.block)
     if launch.kernel.startswith("dasknn_gather"):
         emulate_gather(*args)
@@ -189,6 +200,24 @@ def test_emulated_kernel_odd_shapes(variant):
     got, alive = emulate_step(yt, indptr, indices, data, -0.3, 32.0, variant)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(alive.astype(bool), want.any(axis=0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("variant", ["gather", "staged"])
+@pytest.mark.parametrize("received", [1, 23])
+def test_emulated_kernel_reads_received_rows_in_place(dtype, variant, received):
+    # model mode: rows past the block's own are read from the received rows where they lie, as the CPU kernel's
+    # extra= does; the same result as the rows stacked, bit for bit
+    own, n_out, nb = 40, 43, 70
+    indptr, indices, data = random_layer(own + received, n_out, seed=11, dtype=dtype)
+    x = random_activations(own + received, nb, seed=11, dtype=dtype)
+    yt, extra = np.ascontiguousarray(x[:own]), np.ascontiguousarray(x[own:])
+    want = kernels.layer_step_numpy(yt, indptr, indices, data, -0.3, 4.0, extra=extra)
+    np.testing.assert_array_equal(want, kernels.layer_step_numpy(x, indptr, indices, data, -0.3, 4.0))
+    got, alive = emulate_step(yt, indptr, indices, data, -0.3, 4.0, variant, 2, extra=extra)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(alive.astype(bool), want.any(axis=0))
+    assert (indices >= own).any()  # the layer reads some received rows
 
 
 def test_emulated_run_layers_equals_cpu(slice_paths):
@@ -349,13 +378,14 @@ def test_transcription_follows_the_source():
         "const long long j = (long long)blockIdx.x * ROWS + threadIdx.y;",
         "for (long long tile = blockIdx.y; tile * TILE < nb; tile += gridDim.y) {",
         "const long long b = tile * TILE + threadIdx.x;",
-        "acc = madd(acc, __ldg(yt + (long long)__ldg(indices + p) * nb + b), __ldg(data + p));",
+        "return i < split ? yt + i * nb : extra + (i - split) * nb;",
+        "acc = madd(acc, __ldg(input_row(yt, extra, split, __ldg(indices + p), nb) + b), __ldg(data + p));",
         "out[j * nb + b] = v;",
         "if (threadIdx.y == 0 && b < nb && tile_alive[threadIdx.x]) alive[b] = 1;",
         "for (long long tile = blockIdx.x; tile * TILE < nb; tile += gridDim.x) {",
         "for (int i = tid; i < size; i += nthreads) {",
         "const int r = i / TILE, c = i % TILE;",
-        "sh[i] = b0 + c < nb ? yt[(long long)r * nb + b0 + c] : T(0);",
+        "sh[i] = b0 + c < nb ? input_row(yt, extra, split, r, nb)[b0 + c] : T(0);",
         "for (long long j = threadIdx.y; j < n_out; j += blockDim.y) {",
         "acc = madd(acc, sh[__ldg(indices + p) * TILE + lane], __ldg(data + p));",
         "return __fadd_rn(acc, __fmul_rn(y, w));",
@@ -640,3 +670,20 @@ def test_gpu_engine_on_the_slice_store(slice_store, slice_truth, client):
     r32 = engine.infer(slice_store, client=client, mode="data", dtype="float32", backend="gpu")
     cpu = engine.infer(slice_store, client=client, mode="data", dtype="float32", backend="cpu")
     np.testing.assert_array_equal(r32.categories, cpu.categories)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["gather", "staged"])
+def test_gpu_kernel_reads_received_rows_in_place(variant):
+    import cupy
+
+    own, received, n_out, nb = 200, 56, 300, 1000
+    indptr, indices, data = random_layer(own + received, n_out, seed=13, dtype=np.float32)
+    x = random_activations(own + received, nb, seed=13, dtype=np.float32)
+    yt, extra = np.ascontiguousarray(x[:own]), np.ascontiguousarray(x[own:])
+    want = kernels.layer_step_numpy(yt, indptr, indices, data, -0.3, 4.0, extra=extra)
+    got = kernels.layer_step(cupy.asarray(yt), indptr, indices, data, -0.3, 4.0, extra=cupy.asarray(extra))
+    np.testing.assert_array_equal(cupy.asnumpy(got), want)
+    got = kernels.layer_step_gpu(cupy.asarray(yt), indptr, indices, data, -0.3, 4.0, extra=cupy.asarray(extra),
+                                 variant=variant)
+    np.testing.assert_array_equal(cupy.asnumpy(got), want)

@@ -34,7 +34,9 @@ GPU_MAX_GRID_Y = 65535
 #: CUDA source of the fused layer step, compiled with ``#define``s for the constants above. Kept as text so the
 #: CPU tests can read it; ``tests/test_kernels_gpu.py`` carries a line-by-line Python transcription.
 CUDA_SOURCE = r"""
-// yt: n_in x nb activations (row-major: one row per input neuron, one column per image); out: n_out x nb.
+// yt: split x nb activations (row-major: one row per input neuron, one column per image), extra: the rows after
+// them, (n_in - split) x nb (model mode's received rows, read in place; yt itself when there are none);
+// out: n_out x nb.
 // The layer in CSC form: indptr (n_out + 1, int64) over output neurons, indices (int32) its input neurons,
 // data its weights. alive[b] is set to 1 for every image b with a nonzero output (the caller zeroes it).
 
@@ -54,10 +56,16 @@ __device__ __forceinline__ T rule(T v, T bias, T ymax) {
 // b = tile * TILE + threadIdx.x, tile = y, y + gridDim.y, ... Output blocks vary fastest, so the blocks that run
 // together share an image tile and its input rows stay in cache.
 template <typename T>
-__device__ void step_gather(const T* __restrict__ yt, const long long* __restrict__ indptr,
-                            const int* __restrict__ indices, const T* __restrict__ data, T bias, T ymax,
-                            T* __restrict__ out, int* __restrict__ alive, long long n_in, long long n_out,
-                            long long nb) {
+__device__ __forceinline__ const T* input_row(const T* yt, const T* extra, long long split, long long i,
+                                              long long nb) {
+    return i < split ? yt + i * nb : extra + (i - split) * nb;
+}
+
+template <typename T>
+__device__ void step_gather(const T* __restrict__ yt, const T* __restrict__ extra, long long split,
+                            const long long* __restrict__ indptr, const int* __restrict__ indices,
+                            const T* __restrict__ data, T bias, T ymax, T* __restrict__ out,
+                            int* __restrict__ alive, long long n_in, long long n_out, long long nb) {
     __shared__ int tile_alive[TILE];
     const long long j = (long long)blockIdx.x * ROWS + threadIdx.y;
     for (long long tile = blockIdx.y; tile * TILE < nb; tile += gridDim.y) {
@@ -69,7 +77,7 @@ __device__ void step_gather(const T* __restrict__ yt, const long long* __restric
             const long long end = indptr[j + 1];
 #pragma unroll 4
             for (long long p = indptr[j]; p < end; ++p)
-                acc = madd(acc, __ldg(yt + (long long)__ldg(indices + p) * nb + b), __ldg(data + p));
+                acc = madd(acc, __ldg(input_row(yt, extra, split, __ldg(indices + p), nb) + b), __ldg(data + p));
             const T v = rule(acc, bias, ymax);
             out[j * nb + b] = v;
             if (v != T(0)) tile_alive[threadIdx.x] = 1;
@@ -84,10 +92,10 @@ __device__ void step_gather(const T* __restrict__ yt, const long long* __restric
 // shared memory once (zeros past the last image), then warp w computes neurons w, w + blockDim.y, ... reading
 // every gathered input from shared memory.
 template <typename T>
-__device__ void step_staged(const T* __restrict__ yt, const long long* __restrict__ indptr,
-                            const int* __restrict__ indices, const T* __restrict__ data, T bias, T ymax,
-                            T* __restrict__ out, int* __restrict__ alive, long long n_in, long long n_out,
-                            long long nb) {
+__device__ void step_staged(const T* __restrict__ yt, const T* __restrict__ extra, long long split,
+                            const long long* __restrict__ indptr, const int* __restrict__ indices,
+                            const T* __restrict__ data, T bias, T ymax, T* __restrict__ out,
+                            int* __restrict__ alive, long long n_in, long long n_out, long long nb) {
     extern __shared__ __align__(16) unsigned char smem[];
     T* sh = reinterpret_cast<T*>(smem);
     __shared__ int tile_alive[TILE];
@@ -99,7 +107,7 @@ __device__ void step_staged(const T* __restrict__ yt, const long long* __restric
         const long long b0 = tile * TILE;
         for (int i = tid; i < size; i += nthreads) {
             const int r = i / TILE, c = i % TILE;
-            sh[i] = b0 + c < nb ? yt[(long long)r * nb + b0 + c] : T(0);
+            sh[i] = b0 + c < nb ? input_row(yt, extra, split, r, nb)[b0 + c] : T(0);
         }
         if (threadIdx.y == 0) tile_alive[lane] = 0;
         __syncthreads();
@@ -124,18 +132,21 @@ __device__ void step_staged(const T* __restrict__ yt, const long long* __restric
     }
 }
 
-// THREADS: the block size every launch uses, declared so that the compiler keeps within its registers (at 1,024
-// threads a block, 64 a thread) rather than emit a kernel that cannot launch
-#define DASKNN_KERNEL(NAME, BODY, T, THREADS)                                                                \
-    extern "C" __global__ void __launch_bounds__(THREADS)                                                    \
-    NAME(const T* yt, const long long* indptr, const int* indices, const T* data, T bias, T ymax, T* out,     \
-         int* alive, long long n_in, long long n_out, long long nb) {                                        \
-        BODY<T>(yt, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb);                         \
+// THREADS: the block size every launch uses, declared so that the compiler keeps within the registers a launch
+// has (at 1,024 threads a block, 64 a thread) rather than emit a kernel that cannot launch; BLOCKS: the blocks
+// it should fit on a multiprocessor at once (without it, ptxas aims at two 1,024-thread blocks and spills)
+#define DASKNN_KERNEL(NAME, BODY, T, THREADS, BLOCKS)                                                        \
+    extern "C" __global__ void __launch_bounds__(THREADS, BLOCKS)                                            \
+    NAME(const T* yt, const T* extra, long long split, const long long* indptr, const int* indices,         \
+         const T* data, T bias, T ymax, T* out, int* alive, long long n_in, long long n_out, long long nb) {   \
+        BODY<T>(yt, extra, split, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb);           \
     }
-DASKNN_KERNEL(dasknn_gather_f32, step_gather, float, TILE * ROWS)
-DASKNN_KERNEL(dasknn_gather_f64, step_gather, double, TILE * ROWS)
-DASKNN_KERNEL(dasknn_staged_f32, step_staged, float, TILE * STAGED_WARPS)
-DASKNN_KERNEL(dasknn_staged_f64, step_staged, double, TILE * STAGED_WARPS)
+// the gather kernel at full occupancy (2,048 threads a multiprocessor); a staged block's shared tile (up to
+// 160 KiB) leaves room for one block at a time
+DASKNN_KERNEL(dasknn_gather_f32, step_gather, float, TILE * ROWS, 2048 / (TILE * ROWS))
+DASKNN_KERNEL(dasknn_gather_f64, step_gather, double, TILE * ROWS, 2048 / (TILE * ROWS))
+DASKNN_KERNEL(dasknn_staged_f32, step_staged, float, TILE * STAGED_WARPS, 1)
+DASKNN_KERNEL(dasknn_staged_f64, step_staged, double, TILE * STAGED_WARPS, 1)
 """
 
 GPU_VARIANTS = ("auto", "gather", "staged")
@@ -211,19 +222,28 @@ def gpu_kernel(name: str) -> tuple[Any, int]:  # pragma: no cover - needs a GPU
     return _KERNELS[key]
 
 
-def gpu_step(yt, indptr, indices, data, bias: float, ymax: float, alive, variant: str = "auto"):  # pragma: no cover
+def gpu_step(yt, indptr, indices, data, bias: float, ymax: float, alive, variant: str = "auto",
+             extra=None):  # pragma: no cover - needs a GPU
     """One launch of the fused kernel: :func:`layer_step_gpu`'s result, and ``alive`` (int32, at least as long as
-    the images) set to 1 for each image with a nonzero output (the caller zeroes it)."""
+    the images) set to 1 for each image with a nonzero output (the caller zeroes it).
+
+    Input rows past ``yt``'s are read from ``extra`` where they lie, as the CPU kernel reads them: no copy of
+    ``yt`` and ``extra`` together is made.
+    """
     import cupy
 
     dtype = yt.dtype
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"GPU kernels run float32 or float64 activations, not {dtype}")
     yt = cupy.ascontiguousarray(yt)
+    extra = yt if extra is None else cupy.ascontiguousarray(cupy.asarray(extra, dtype=dtype))
+    if extra.shape[1] != yt.shape[1]:
+        raise ValueError(f"extra rows hold {extra.shape[1]} images, the activations {yt.shape[1]}")
     indptr = cupy.asarray(indptr, dtype=cupy.int64)
     indices = cupy.asarray(indices, dtype=cupy.int32)
     data = cupy.asarray(data, dtype=dtype)
-    n_in, nb = yt.shape
+    split, nb = yt.shape
+    n_in = split + (0 if extra is yt else extra.shape[0])
     n_out = indptr.size - 1
     out = cupy.empty((n_out, nb), dtype=dtype)
     if nb == 0 or n_out == 0:
@@ -232,7 +252,7 @@ def gpu_step(yt, indptr, indices, data, bias: float, ymax: float, alive, variant
     launch = gpu_launch(variant, n_in, n_out, nb, dtype.itemsize, staged_limit, GPU_MAX_GRID_Y)
     kernel = gpu_kernel(launch.kernel)[0]
     kernel(launch.grid, launch.block,
-           (yt, indptr, indices, data, dtype.type(bias), dtype.type(ymax), out, alive,
+           (yt, extra, np.int64(split), indptr, indices, data, dtype.type(bias), dtype.type(ymax), out, alive,
             np.int64(n_in), np.int64(n_out), np.int64(nb)),
            shared_mem=launch.shared_bytes)
     return out
@@ -242,14 +262,13 @@ def layer_step_gpu(yt, indptr, indices, data, bias: float, ymax: float, extra=No
                    variant: str = "auto"):  # pragma: no cover - needs a GPU
     """One fused layer on the GPU (CuPy arrays in and out): the same contract as :func:`layer_step_numpy`.
 
-    ``variant`` picks the kernel (see :func:`gpu_launch`); results do not depend on it.
+    ``extra`` (received rows) is read in place. ``variant`` picks the kernel (see :func:`gpu_launch`); results
+    do not depend on it.
     """
     import cupy
 
-    if extra is not None:
-        yt = cupy.concatenate([yt, cupy.asarray(extra, dtype=yt.dtype)])
     alive = cupy.zeros(max(1, yt.shape[1]), dtype=cupy.int32)
-    return gpu_step(yt, indptr, indices, data, bias, ymax, alive, variant)
+    return gpu_step(yt, indptr, indices, data, bias, ymax, alive, variant, extra)
 
 
 def run_layers_gpu(yt, layers: Iterable[tuple], bias: float, ymax: float, ids: np.ndarray,
