@@ -326,6 +326,35 @@ def test_kernels_are_compiled_once_per_device_and_opt_in_to_the_shared_memory_le
     assert launch.kernel == "dasknn_staged_f32" and launch.shared_bytes == 48 * 1024 <= limit
 
 
+def test_streamed_layers_kept_on_the_device_while_they_fit(monkeypatch):
+    # a stand-in CuPy backed by NumPy, whose device has room for the first two of four layers (half its free
+    # memory): those are copied once and reused by the next chunk; the others are copied every time
+    copies = []
+    fake = _numpy_cupy()
+    fake.int64 = np.int64
+    fake.asarray = lambda a, dtype=None: copies.append(1) or np.array(a, dtype=dtype)
+    indptr, indices, data = random_layer(30, 20, seed=0, dtype=np.float32)
+    layers = [(indptr, indices, data * (k + 1)) for k in range(4)]  # of one size
+    size = sum(a.astype(t).nbytes for a, t in zip(layers[0], (np.int64, np.int32, np.float32)))
+    fake.cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(id=0),
+                                      runtime=types.SimpleNamespace(memGetInfo=lambda: (4 * size + 10, 0)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(kernels.gpu, "_KEPT", {})
+    monkeypatch.setattr(kernels.gpu, "_KEPT_BYTES", {})
+    first = list(kernels.keep_on_device("net", 1, layers))
+    assert len(copies) == 12
+    again = list(kernels.keep_on_device("net", 1, layers))
+    assert again[0] is first[0] and again[1] is first[1] and again[2] is not first[2]
+    assert len(copies) == 12 + 6  # only the layers that did not fit crossed again
+    for got, want in zip(again, layers):
+        assert got[0].dtype == np.int64 and got[1].dtype == np.int32
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    assert list(kernels.keep_on_device("other", 1, layers[:1]))[0] is not first[0]  # another stream's layer 1
+    kernels.release_device_layers()
+    assert kernels.gpu._KEPT == {} and kernels.gpu._KEPT_BYTES == {}
+
+
 # --- launch shapes and the source ----------------------------------------------------------------------------
 
 

@@ -30,8 +30,10 @@ from .gpu import (
     cuda_code,
     gpu_launch,
     gpu_step,
+    keep_on_device,
     layer_step_cusparse,
     layer_step_gpu,
+    release_device_layers,
     run_layers_gpu,
 )
 from .messages import CONSTANT, DENSE, SPARSE, message_bytes, pack_rows, unpack_rows
@@ -39,7 +41,7 @@ from .messages import CONSTANT, DENSE, SPARSE, message_bytes, pack_rows, unpack_
 __all__ = [
     "CONSTANT", "CUDA_SOURCE", "DENSE", "Dispatch", "GPU_COMPACT_EVERY", "GPU_MAX_GRID_Y", "GPU_ROWS",
     "GPU_STAGED_MAX_BYTES", "GPU_STAGED_WARPS", "GPU_TILE", "GPU_VARIANTS", "GpuLaunch", "SPARSE", "alive",
-    "cuda_code", "dense_transposed", "empty_like_kind", "gpu", "gpu_launch", "gpu_step", "layer_step",
-    "layer_step_cusparse", "layer_step_gpu", "layer_step_numpy", "message_bytes", "pack_rows", "run_layers",
+    "cuda_code", "dense_transposed", "empty_like_kind", "gpu", "gpu_launch", "gpu_step", "keep_on_device", "layer_step",
+    "layer_step_cusparse", "layer_step_gpu", "layer_step_numpy", "message_bytes", "pack_rows", "release_device_layers", "run_layers",
     "run_layers_device", "run_layers_gpu", "run_layers_numpy", "tile_for", "to_device", "to_host", "unpack_rows",
 ]

@@ -10,7 +10,7 @@ imports CuPy at module level: CuPy registers itself with the dispatchers the fir
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -304,6 +304,46 @@ def _compact_gpu(yt, ids_d, alive):  # pragma: no cover - needs a GPU
     if keep.size == yt.shape[1]:
         return yt, ids_d
     return cupy.ascontiguousarray(yt[:, keep]), ids_d[keep]
+
+
+#: Share of a device's free memory (as found on first use) that streamed layers kept there may take.
+GPU_KEEP_FRACTION = 0.5
+_KEPT: dict[int, dict[Hashable, tuple]] = {}  # device id -> (stream key, layer) -> the layer on the device
+_KEPT_BYTES: dict[int, list[int]] = {}  # device id -> [bytes kept, budget]
+
+
+def keep_on_device(key: Hashable, first: int, layers: Iterable[tuple]) -> Iterator[tuple]:
+    """Layers ``first, first + 1, ...`` of a stream (host arrays, as read) as device arrays, keeping what fits.
+
+    A streamed network is read again for every chunk of images; its layers would cross to the device every
+    layer of every chunk. Here each layer's device copy (indptr int64, indices int32, as the kernels take them)
+    is kept under ``(key, layer)`` while the kept layers take at most :data:`GPU_KEEP_FRACTION` of the device's
+    free memory; the first layers are kept and the rest stream (a scan in layer order would evict every layer
+    before its reuse under least-recently-used). ``key`` names the stream (its store and dtype) and must change
+    when the layers do. :func:`release_device_layers` frees them.
+    """
+    import cupy
+
+    dev = cupy.cuda.Device().id
+    kept = _KEPT.setdefault(dev, {})
+    if dev not in _KEPT_BYTES:
+        _KEPT_BYTES[dev] = [0, int(cupy.cuda.runtime.memGetInfo()[0] * GPU_KEEP_FRACTION)]
+    for k, (indptr, indices, data) in enumerate(layers, start=first):
+        layer = kept.get((key, k))
+        if layer is None:
+            layer = (cupy.asarray(indptr, dtype=cupy.int64), cupy.asarray(indices, dtype=cupy.int32),
+                     cupy.asarray(data))
+            size = sum(int(a.nbytes) for a in layer)
+            if _KEPT_BYTES[dev][0] + size <= _KEPT_BYTES[dev][1]:
+                kept[key, k] = layer
+                _KEPT_BYTES[dev][0] += size
+        yield layer
+
+
+def release_device_layers() -> None:
+    """Free every layer :func:`keep_on_device` kept (after a run: its streams are closed)."""
+    _KEPT.clear()
+    _KEPT_BYTES.clear()
 
 
 def layer_step_cusparse(yt, indptr, indices, data, bias: float, ymax: float):  # pragma: no cover - needs a GPU
