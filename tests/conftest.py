@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -12,23 +15,58 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "graphchallen
 SLICE_LAYERS = 12
 
 
-def gpu_count() -> int:
-    """CUDA devices visible to CuPy (0 without CuPy or without a device): a real check, not an import."""
-    try:
-        import cupy
+@functools.lru_cache(maxsize=1)
+def gpu_check() -> tuple[int, str]:
+    """CUDA devices visible to CuPy, and why there are none: a real device count, not merely an import.
 
-        return int(cupy.cuda.runtime.getDeviceCount())
-    except Exception:
-        return 0
+    Warnings are caught inside the check: with warnings as errors (the test configuration), a warning from
+    ``import cupy`` would otherwise read as "no device" and every GPU test would skip with the run still green.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import cupy
+
+            n = int(cupy.cuda.runtime.getDeviceCount())
+        except Exception as e:
+            return 0, f"{type(e).__name__}: {e}"
+    return n, "" if n else "no CUDA device is visible"
+
+
+def gpu_count() -> int:
+    """CUDA devices visible to CuPy (0 without CuPy or without a device)."""
+    return gpu_check()[0]
+
+
+def gpu_required() -> bool:
+    """``DASKNN_REQUIRE_GPU=1`` (the device script sets it): a ``gpu`` test that would skip fails instead."""
+    return os.environ.get("DASKNN_REQUIRE_GPU", "") not in ("", "0")
 
 
 def pytest_collection_modifyitems(config, items):
-    if gpu_count() > 0:
+    if gpu_count() > 0 or gpu_required():
         return
     skip = pytest.mark.skip(reason="no GPU: no CUDA device is visible")
     for item in items:
         if item.get_closest_marker("gpu"):  # the marker, not a keyword: a folder named gpu is one too
             item.add_marker(skip)
+
+
+def pytest_runtest_setup(item):
+    if gpu_required() and item.get_closest_marker("gpu") and gpu_count() == 0:
+        pytest.fail(f"DASKNN_REQUIRE_GPU is set but there is no GPU ({gpu_check()[1]})", pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # under DASKNN_REQUIRE_GPU a gpu test that skips itself (a missing module, say) fails: none may skip
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and gpu_required() and item.get_closest_marker("gpu"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        report.outcome = "failed"
+        report.longrepr = f"DASKNN_REQUIRE_GPU is set and this gpu test skipped: {reason}"
 
 
 @pytest.fixture(scope="session")
