@@ -3,7 +3,7 @@
 Takes every option of ``dasknn infer``; ``--workers`` is the number of GPUs to use (one worker each, default all
 visible), and the kernels run on CuPy blocks (``--gpu`` is implied)::
 
-    pip install "dasknn[gpu]"        # CuPy for CUDA 12 and dask-cuda ("dasknn[gpu13]" for CUDA 13)
+    pip install "dasknn[gpu]"        # CuPy for CUDA 12 with its headers ([ctk]) and dask-cuda ("dasknn[gpu13]": CUDA 13)
     python examples/gpu.py --network n65536.zarr --workers 4 --json
 """
 
@@ -21,20 +21,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_infer_arguments(p)
     g = p.add_argument_group("GPU")
     g.add_argument("--devices", help="comma-separated CUDA device ids (default: the first --workers, or all)")
-    g.add_argument("--rmm-pool-size", help="pre-allocate this much device memory per worker, e.g. 20GB")
     return p
 
 
 def make_cluster(args: argparse.Namespace):
-    """A ``dask_cuda.LocalCUDACluster``: one worker per chosen GPU, listening on this machine only."""
+    """A ``dask_cuda.LocalCUDACluster``: one worker per chosen GPU, listening on this machine only.
+
+    No RMM pool: the kernels allocate through CuPy's own memory pool, which an RMM pool (without
+    ``rmm_allocator_external_lib_list="cupy"``, and RMM itself, which the extras do not install) would only take
+    memory from.
+    """
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError:
         raise SystemExit("gpu.py needs CuPy and dask-cuda: pip install 'dasknn[gpu]'") from None
     devices = args.devices or (None if args.workers is None else ",".join(str(i) for i in range(args.workers)))
     return LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0", CUDA_VISIBLE_DEVICES=devices,
-                            threads_per_worker=args.threads_per_worker, rmm_pool_size=args.rmm_pool_size,
-                            memory_limit=args.memory_limit or "auto")
+                            threads_per_worker=args.threads_per_worker, memory_limit=args.memory_limit or "auto")
 
 
 def main(argv: list[str] | None = None) -> int:
