@@ -1,9 +1,12 @@
-"""GPU benchmark (issue 9): the fused CuPy kernels on one GPU, in a plain loop and through the Dask engine, beside
-the straightforward cupyx loop, then generated networks.
+"""GPU benchmark (issues 9, 19): the fused CuPy kernels on one GPU, in a plain loop and through the Dask engine,
+then generated networks, then the straightforward cupyx loop.
 
 Usage (from the repository root, with the shared data beside the checkout, on a machine with a CUDA device)::
 
     python benchmarks/bench_gpu.py [--images 60000] [--repeats 5] [--generated 4096,16384,65536]
+
+Sections run cheapest and most important first, and each prints its table as soon as it is measured, so a run
+cut short by a timeout still brings back what it measured:
 
 1. Real n1024-l120, its images: the fused kernels (:func:`dasknn.kernels.run_layers_gpu`) in a plain Python loop,
    timed as the challenge counts (weights already on the GPU; the input copied, densified and run; categories
@@ -11,12 +14,13 @@ Usage (from the repository root, with the shared data beside the checkout, on a 
 2. The same through the Dask engine, data mode, one worker on the GPU (``dask_cuda.LocalCUDACluster`` when
    installed, else a LocalCluster of 1 worker x 1 thread); the engine's own clock (inputs already loaded), set
    beside the loop timed the same way.
-3. The straightforward cupyx loop: sparse activations times sparse weights per layer (SpGEMM), then the rule,
-   as a CuPy port of the SciPy reference.
-4. Generated N x 120 networks (dasknn.generate): rates, and categories against the SciPy reference on a subset.
+3. Generated N x 120 networks (dasknn.generate): rates, and categories against the SciPy reference on a subset.
+4. The straightforward cupyx loop: sparse activations times sparse weights per layer (SpGEMM), then the rule,
+   as a CuPy port of the SciPy reference (slow: last, one repeat by default).
 
 Every figure is the median of ``--repeats`` runs after a warm-up, with the device synchronised around each run
-(CUDA events give the same to within microseconds). Rows print as measured; a short table comes last.
+(CUDA events give the same to within microseconds). Rows print as measured, each section's table after it, and
+the whole table last.
 Without a CUDA device it prints one line starting "no GPU" and exits with status 1.
 """
 
@@ -29,6 +33,8 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
+import warnings
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -40,14 +46,16 @@ ROWS: list[tuple[str, ...]] = []
 
 def gpu_count() -> tuple[int, str]:
     """Visible CUDA devices, and why there are none (a device count, not merely an import)."""
-    try:
-        import cupy
-    except ImportError as e:
-        return 0, f"CuPy is not installed ({e})"
-    try:
-        n = int(cupy.cuda.runtime.getDeviceCount())
-    except Exception as e:  # no driver, no device
-        return 0, f"{type(e).__name__}: {e}"
+    with warnings.catch_warnings():  # a warning while CuPy imports is not a missing device
+        warnings.simplefilter("ignore")
+        try:
+            import cupy
+        except ImportError as e:
+            return 0, f"CuPy is not installed ({e})"
+        try:
+            n = int(cupy.cuda.runtime.getDeviceCount())
+        except Exception as e:  # no driver, no device
+            return 0, f"{type(e).__name__}: {e}"
     return n, "no CUDA device is visible" if n == 0 else ""
 
 
@@ -70,9 +78,19 @@ def timed(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
     return statistics.median(times), result
 
 
+HEAD = ("case", "images", "ms", "TeraEdges/s", "mismatched", "note")
+
+
 def row(*cells: object) -> None:
     ROWS.append(tuple(str(c) for c in cells))
     print("  " + " | ".join(ROWS[-1]), flush=True)
+
+
+def table(title: str, rows: list[tuple[str, ...]]) -> None:
+    """A Markdown table of ``rows``, printed at once (a section's as it ends, all of them last)."""
+    print(f"\n{title}\n| " + " | ".join(HEAD) + " |\n|" + "---|" * len(HEAD), flush=True)
+    for r in rows:
+        print("| " + " | ".join(r) + " |", flush=True)
 
 
 def dense_on_device(images, dtype):
@@ -156,19 +174,126 @@ def engine_runs(store: Path, inputs: Path, chunks: int, dtype: str, repeats: int
     return statistics.median(r.seconds for r in results[1:]), results[-1], kind
 
 
+class Bench:
+    """What every section shares: the real network and images on the host, its truth, the rates so far."""
+
+    def __init__(self, args: argparse.Namespace, card: str):
+        from dasknn import io
+
+        self.args, self.card = args, card
+        data = Path(args.data)
+        self.data = data
+        self.n = args.images
+        self.net = io.read_network(data / "neuron1024.tar.gz")
+        self.images = io.read_images(data / "sparse-images-1024.tsv.gz")[:self.n]
+        truth = io.read_categories(data / "neuron1024-l120-categories.tsv")
+        self.truth = truth[truth < self.n]
+        self.rates: dict[str, float] = {}
+        self.loop_kernels_only: float | None = None
+        self.layers32 = device_layers(self.net, np.dtype(np.float32))
+        print(f"real n1024-l120: {self.net.edges} edges, {self.n} images, {self.truth.size} categories in the truth",
+              flush=True)
+
+    def record(self, name: str, seconds: float, cats: np.ndarray, count: int, edges: int, want: np.ndarray,
+               note: str = "") -> None:
+        rate = count * edges / seconds
+        self.rates[name] = rate
+        wrong = np.setxor1d(cats, want).size
+        row(name, f"{count}", f"{seconds * 1e3:.2f}", f"{rate / 1e12:.2f}", str(wrong), note)
+
+
+def section_loop(b: Bench) -> None:
+    """The fused kernels in a plain loop, per variant and compaction interval; float64 against the truth."""
+    from dasknn import kernels
+
+    f32, f64, net, n, repeats = np.dtype(np.float32), np.dtype(np.float64), b.net, b.n, b.args.repeats
+    for variant, every in (("auto", None), ("gather", None), ("auto", 1), ("auto", 8)):
+        s, cats = timed(lambda: fused_loop(b.images, b.layers32, net.bias, net.ymax, f32, variant, every), repeats)
+        b.record(f"fused loop {variant}, compact every {every or 'default'}", s, cats, n, net.edges, b.truth,
+                 "float32: a handful may differ from the float64 truth")
+    layers64 = device_layers(net, f64)
+    s, cats = timed(lambda: fused_loop(b.images, layers64, net.bias, net.ymax, f64), repeats)
+    b.record("fused loop float64", s, cats, n, net.edges, b.truth, "must be 0 mismatched")
+    del layers64
+    # the engine's clock starts with the inputs on the GPU: the same loop without the copy, for its overhead
+    bounds = np.linspace(0, n, b.args.chunks + 1).astype(int)
+    parts = [dense_on_device(b.images[lo:hi], f32) for lo, hi in zip(bounds[:-1], bounds[1:])]
+
+    def kernels_only() -> np.ndarray:
+        ids = [kernels.run_layers_gpu(yt, b.layers32, net.bias, net.ymax, np.arange(lo, hi))[1]
+               for yt, lo, hi in zip(parts, bounds[:-1], bounds[1:])]
+        return np.sort(np.concatenate(ids))
+
+    b.loop_kernels_only, cats = timed(kernels_only, repeats)
+    b.record(f"fused loop, inputs on GPU, {b.args.chunks} chunk(s)", b.loop_kernels_only, cats, n, net.edges,
+             b.truth, "as the engine's clock counts")
+
+
+def section_engine(b: Bench) -> None:
+    """The Dask engine, data mode, one GPU worker, weights resident, beside the loop timed the same way."""
+    from dasknn.cli import import_network
+    from dasknn.store import write_inputs_store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = import_network(b.data / "neuron1024.tar.gz", Path(tmp) / "real.zarr")
+        inputs = write_inputs_store(Path(tmp) / "in.zarr", b.images)
+        s, r, kind = engine_runs(store, inputs, b.args.chunks, "float32", b.args.repeats)
+    over = f"overhead {s / b.loop_kernels_only - 1:+.1%} vs the loop" if b.loop_kernels_only else ""
+    b.record(f"Dask engine ({kind}, 1 worker, {r.chunks} chunk(s))", s, r.categories, b.n, b.net.edges, b.truth,
+             over)
+
+
+def section_generated(b: Bench) -> None:
+    """Generated N x 120 networks: rates, and categories against the SciPy reference on the first images."""
+    import cupy
+    import scipy.sparse as sp
+
+    from dasknn import generate, reference
+
+    f32 = np.dtype(np.float32)
+    for neurons in [int(x) for x in b.args.generated.split(",") if x]:
+        count = b.args.gen_images or min(60000, 2**28 // neurons)
+        t0 = time.perf_counter()
+        gnet = generate.network(neurons, 120)
+        gimages = sp.csr_matrix(generate.images(count, neurons))
+        made = time.perf_counter() - t0
+        glayers = device_layers(gnet, f32)
+        s, cats = timed(lambda: fused_loop(gimages, glayers, gnet.bias, gnet.ymax, f32), b.args.repeats)
+        check = max(1, min(count, b.args.check_work // neurons))
+        ref = reference.infer_categories(gnet.layers, gimages[:check], gnet.bias, gnet.ymax, f32)
+        b.record(f"generated {neurons} x 120, fused loop", s, cats[cats < check], count, gnet.edges, ref,
+                 f"mismatched of the first {check} (SciPy reference); generated in {made:.0f} s")
+        del glayers
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def section_cupyx(b: Bench) -> None:
+    """The cupyx loop (SpGEMM per layer), weights on the GPU beforehand as for the others."""
+    f32 = np.dtype(np.float32)
+    dev_csr = [to_cupyx(w, f32) for w in b.net.layers]
+    s, cats = timed(lambda: cupyx_loop(b.images, dev_csr, b.net.bias, b.net.ymax, f32), b.args.cupyx_repeats)
+    best = max((v for k, v in b.rates.items() if k.startswith(("fused loop auto, compact every default",
+                                                               "Dask engine"))), default=float("nan"))
+    b.record("cupyx loop (SpGEMM, reference port)", s, cats, b.n, b.net.edges, b.truth,
+             f"fused / cupyx: {best / (b.n * b.net.edges / s):.1f}x")
+
+
+SECTIONS = {"loop": section_loop, "engine": section_engine, "generated": section_generated, "cupyx": section_cupyx}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/graphchallenge"))
     ap.add_argument("--images", type=int, default=60000, help="real images to run (default: all 60,000)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--chunks", type=int, default=1, help="image chunks in the engine (and the loop beside it)")
-    ap.add_argument("--cupyx-repeats", type=int, default=3)
+    ap.add_argument("--cupyx-repeats", type=int, default=1)
     ap.add_argument("--generated", default="4096,16384,65536", help="neurons of generated 120-layer networks")
     ap.add_argument("--gen-images", type=int, default=0,
                     help="images per generated network (default: min(60000, 2**28 / neurons))")
     ap.add_argument("--check-work", type=int, default=2**20,
                     help="images x neurons checked against the SciPy reference per generated network")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: loop,engine,cupyx,generated")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: " + ",".join(SECTIONS))
     args = ap.parse_args()
 
     n_gpu, why = gpu_count()
@@ -177,106 +302,29 @@ def main() -> None:
         sys.exit(1)
 
     import cupy
-    import scipy.sparse as sp
-
-    from dasknn import generate, io, reference
-    from dasknn.cli import import_network
-    from dasknn.store import write_inputs_store
 
     skip = set(filter(None, args.skip.split(",")))
     props = cupy.cuda.runtime.getDeviceProperties(0)
     card = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     print(f"dasknn GPU benchmark, {date.today()}, {platform.node()}, {card}, CuPy {cupy.__version__}, "
           f"{os.cpu_count()} cores", flush=True)
-
-    data = Path(args.data)
-    n = args.images
-    f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
-    net = io.read_network(data / "neuron1024.tar.gz")
-    images = io.read_images(data / "sparse-images-1024.tsv.gz")[:n]
-    truth = io.read_categories(data / "neuron1024-l120-categories.tsv")
-    truth = truth[truth < n]
-    edges = net.edges
-    print(f"real n1024-l120: {edges} edges, {n} images, {truth.size} categories in the truth", flush=True)
-    rates: dict[str, float] = {}
-
-    def record(name: str, seconds: float, cats: np.ndarray, count: int, edges_: int, want: np.ndarray,
-               note: str = "") -> None:
-        rate = count * edges_ / seconds
-        rates[name] = rate
-        wrong = np.setxor1d(cats, want).size
-        row(name, f"{count}", f"{seconds * 1e3:.2f}", f"{rate / 1e12:.2f}", str(wrong), note)
-
-    print("  case | images | ms | TeraEdges/s | mismatched | note", flush=True)
-    layers32 = device_layers(net, f32)
-    loop_kernels_only = None
-    if "loop" not in skip:
-        for variant, every in (("auto", None), ("gather", None), ("auto", 1), ("auto", 8)):
-            s, cats = timed(lambda: fused_loop(images, layers32, net.bias, net.ymax, f32, variant, every),
-                            args.repeats)
-            label = f"fused loop {variant}, compact every {every or 'default'}"
-            record(label, s, cats, n, edges, truth, "float32: a handful may differ from the float64 truth")
-        layers64 = device_layers(net, f64)
-        s, cats = timed(lambda: fused_loop(images, layers64, net.bias, net.ymax, f64), args.repeats)
-        record("fused loop float64", s, cats, n, edges, truth, "must be 0 mismatched")
-        del layers64
-
-        # the engine's clock starts with the inputs on the GPU: the same loop without the copy, for its overhead
-        from dasknn import kernels
-
-        bounds = np.linspace(0, n, args.chunks + 1).astype(int)
-        parts = [dense_on_device(images[a:b], f32) for a, b in zip(bounds[:-1], bounds[1:])]
-
-        def kernels_only() -> np.ndarray:
-            ids = [kernels.run_layers_gpu(yt, layers32, net.bias, net.ymax, np.arange(a, b))[1]
-                   for yt, a, b in zip(parts, bounds[:-1], bounds[1:])]
-            return np.sort(np.concatenate(ids))
-
-        loop_kernels_only, cats = timed(kernels_only, args.repeats)
-        record(f"fused loop, inputs on GPU, {args.chunks} chunk(s)", loop_kernels_only, cats, n, edges, truth,
-               "as the engine's clock counts")
-        del parts
-
-    if "engine" not in skip:
-        with tempfile.TemporaryDirectory() as tmp:
-            store = import_network(data / "neuron1024.tar.gz", Path(tmp) / "real.zarr")
-            inputs = write_inputs_store(Path(tmp) / "in.zarr", images)
-            s, r, kind = engine_runs(store, inputs, args.chunks, "float32", args.repeats)
-        over = f"overhead {s / loop_kernels_only - 1:+.1%} vs the loop" if loop_kernels_only else ""
-        record(f"Dask engine ({kind}, 1 worker, {r.chunks} chunk(s))", s, r.categories, n, edges, truth, over)
-
-    if "cupyx" not in skip:
-        dev_csr = [to_cupyx(w, f32) for w in net.layers]  # weights on the GPU beforehand, as for the others
-        s, cats = timed(lambda: cupyx_loop(images, dev_csr, net.bias, net.ymax, f32), args.cupyx_repeats)
-        best = max((v for k, v in rates.items() if k.startswith(("fused loop auto, compact every default",
-                                                                   "Dask engine"))), default=float("nan"))
-        rate = n * edges / s
-        record("cupyx loop (SpGEMM, reference port)", s, cats, n, edges, truth,
-               f"fused / cupyx: {best / rate:.1f}x")
-        del dev_csr
-
-    if "generated" not in skip:
-        for neurons in [int(x) for x in args.generated.split(",") if x]:
-            count = args.gen_images or min(60000, 2**28 // neurons)
-            t0 = time.perf_counter()
-            gnet = generate.network(neurons, 120)
-            gimages = sp.csr_matrix(generate.images(count, neurons))
-            made = time.perf_counter() - t0
-            glayers = device_layers(gnet, f32)
-            s, cats = timed(lambda: fused_loop(gimages, glayers, gnet.bias, gnet.ymax, f32), args.repeats)
-            check = max(1, min(count, args.check_work // neurons))
-            ref = reference.infer_categories(gnet.layers, gimages[:check], gnet.bias, gnet.ymax, f32)
-            record(f"generated {neurons} x 120, fused loop", s, cats[cats < check], count, gnet.edges, ref,
-                   f"mismatched of the first {check} (SciPy reference); generated in {made:.0f} s")
-            del glayers
-            cupy.get_default_memory_pool().free_all_blocks()
-
-    print(f"\n{card}, {date.today()}, float32 unless named; rate = images x edges / median seconds")
-    head = ("case", "images", "ms", "TeraEdges/s", "mismatched", "note")
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for r in ROWS:
-        print("| " + " | ".join(r) + " |")
+    b = Bench(args, card)
+    print("  " + " | ".join(HEAD), flush=True)
+    failed = []
+    for name, section in SECTIONS.items():
+        if name in skip:
+            continue
+        t0, first = time.perf_counter(), len(ROWS)
+        try:
+            section(b)
+        except Exception:  # the later sections still run; the exit status says one failed
+            traceback.print_exc()
+            failed.append(name)
+        table(f"{name}: {card}, {date.today()}, {time.perf_counter() - t0:.0f} s", ROWS[first:])
+    table(f"all: {card}, {date.today()}, float32 unless named; rate = images x edges / median seconds", ROWS)
+    if failed:
+        print(f"sections that failed: {', '.join(failed)}", flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
