@@ -557,6 +557,23 @@ def test_launch_check_catches_a_broken_bound(compiled, monkeypatch):
     assert "spills 8 bytes" in " ".join(launch_limits_broken(spilling, ptx))
 
 
+def test_training_kernels_compile_for_sm90_within_their_launch(tmp_path):
+    # the training kernels (kernels.grad): no spills, the launch bound is the launch, registers fit the block,
+    # and no fused multiply-add (float64 steps equal the CPU's)
+    lib, ptxas = _nvrtc(), _ptxas()
+    if lib is None or ptxas is None:
+        pytest.skip(NO_COMPILER)
+    ptx = nvrtc_ptx(lib, kernels.grad.grad_cuda_code())
+    report = ptxas_report(ptxas, ptx, tmp_path)
+    threads = kernels.grad.GRAD_THREADS
+    for name in kernels.grad.GRAD_KERNELS:
+        k = report[name]
+        bound = re.search(rf"\.entry {name}\((?:.|\n)*?\.maxntid (\d+), 1, 1", ptx)
+        assert bound and int(bound[1]) == threads, name
+        assert k["spills"] == 0 and k["registers"] * threads <= SM90_REGISTERS, (name, k)
+    assert "fma." not in ptx and "mul.rn.f64" in ptx and "add.rn.f64" in ptx
+
+
 # --- dispatch and lazy CuPy ----------------------------------------------------------------------------------
 
 

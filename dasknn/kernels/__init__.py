@@ -7,13 +7,13 @@ image). Kernels are chosen by the activations' array type through dispatchers in
 importing dasknn never imports CuPy.
 
 Modules: :mod:`.cpu` (the Numba layer step and loop), :mod:`.gpu` (CUDA source, launch shapes, CuPy loop),
-:mod:`.messages` (model mode's boundary messages), :mod:`.arrays` (placement helpers), :mod:`.dispatch`. The
-training kernels are to move into a ``grad`` module beside these.
+:mod:`.messages` (model mode's boundary messages), :mod:`.arrays` (placement helpers), :mod:`.dispatch`.
+:mod:`.grad` holds the training kernels (weight gradient, error passed down), dispatched the same way.
 """
 
 from __future__ import annotations
 
-from . import gpu
+from . import gpu, grad
 from .arrays import alive, dense_transposed, empty_like_kind, to_device, to_host
 from .cpu import layer_step_numpy, run_layers_numpy, tile_for
 from .dispatch import Dispatch, layer_step, run_layers, run_layers_device
@@ -36,11 +36,12 @@ from .gpu import (
     release_device_layers,
     run_layers_gpu,
 )
+from .grad import back_input, weight_grad
 from .messages import CONSTANT, DENSE, SPARSE, message_bytes, pack_rows, unpack_rows
 
 __all__ = [
     "CONSTANT", "CUDA_SOURCE", "DENSE", "Dispatch", "GPU_COMPACT_EVERY", "GPU_MAX_GRID_Y", "GPU_ROWS",
-    "GPU_STAGED_MAX_BYTES", "GPU_STAGED_WARPS", "GPU_TILE", "GPU_VARIANTS", "GpuLaunch", "SPARSE", "alive",
+    "GPU_STAGED_MAX_BYTES", "GPU_STAGED_WARPS", "GPU_TILE", "GPU_VARIANTS", "GpuLaunch", "SPARSE", "alive", "back_input", "grad", "weight_grad",
     "cuda_code", "dense_transposed", "empty_like_kind", "gpu", "gpu_launch", "gpu_step", "keep_on_device", "layer_step",
     "layer_step_cusparse", "layer_step_gpu", "layer_step_numpy", "message_bytes", "pack_rows", "release_device_layers", "run_layers",
     "run_layers_device", "run_layers_gpu", "run_layers_numpy", "tile_for", "to_device", "to_host", "unpack_rows",
