@@ -13,8 +13,6 @@ import csv
 import math
 import os
 import re
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,7 +94,7 @@ def run_case(case: Case, client, workdir: str | os.PathLike[str], *, dtype: str 
     The time is inference only (the import into ``workdir`` is not counted), as the challenge times it.
     """
     from . import engine, io
-    from .cli import import_network
+    from .ingest import import_network
 
     row: dict = {"neurons": case.neurons, "layers": case.layers, "edges": None, "time": None, "rate": None,
                  "correct": False, "images": None, "mismatched": None, "dtype": dtype, "mode": None,
@@ -153,65 +151,3 @@ def plot_rates(rows: list[dict], path: str | os.PathLike[str]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def cmd_bench(args) -> int:
-    """``dasknn bench-graphchallenge``: run every case, write the CSV and the PNG; exit 1 if any is not correct."""
-    from .cli import _emit, check_report, performance_report
-    from .cluster import local_client
-
-    cases, notes = find_cases(args.dir)
-    for note in notes:
-        print(f"dasknn: skipped {note}", file=sys.stderr)
-    out = Path(args.out)
-    plot = Path(args.plot) if args.plot else out.with_suffix(".png")
-    for p in (out, plot):
-        if not p.resolve().parent.is_dir():
-            raise DasknnError("the folder to write into does not exist", p)
-    check_report(args.report)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="dasknn-bench-") as tmp, \
-            local_client(args.workers, args.threads_per_worker, args.scheduler,
-                         memory_limit=args.memory_limit or "auto") as client, \
-            performance_report(args.report, client):
-        for case in cases:
-            row = run_case(case, client, tmp, dtype=args.dtype, mode=args.mode, batch=args.batch, chunks=args.chunks)
-            rows.append(row)
-            if not args.json:
-                verdict = ("correct" if row["correct"] else
-                           f"WRONG ({row['note'] or str(row['mismatched']) + ' images differ from the truth'})")
-                rate = f"{row['rate']:.3e} edges/s" if row["rate"] else "-"
-                print(f"{case.name}: {row['time'] or float('nan'):.3f} s, {rate}, {verdict}",
-                      flush=True)
-            write_csv(rows, out)  # after every case: a long run stopped midway keeps what it measured
-    plot_rates(rows, plot)
-    _emit(args, {"csv": str(out), "plot": str(plot), "rows": rows, "skipped": notes},
-          f"wrote {out} and {plot}: {sum(r['correct'] for r in rows)} of {len(rows)} correct")
-    return 0 if all(r["correct"] for r in rows) else 1
-
-
-def add_bench_parser(subparsers) -> None:
-    """Add ``dasknn bench-graphchallenge`` to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "bench-graphchallenge", help="run every GraphChallenge network under DIR, check it, tabulate and plot",
-        description="Find the published files under DIR (neuron{N}.tar.gz or neuron{N}/, sparse-images-{N}.tsv[.gz], "
-                    "neuron{N}-l{L}-categories.tsv); run each network and depth that has a truth file, check its "
-                    "categories, and write a CSV (neurons, layers, edges, time, rate, correct, ...) and a PNG of "
-                    "edges/s by network. Exit status 1 when any result is not correct.")
-    p.add_argument("dir", metavar="DIR", help="the folder holding the published files (searched recursively)")
-    p.add_argument("--out", default="graphchallenge.csv", metavar="CSV", help="the CSV to write (default graphchallenge.csv)")
-    p.add_argument("--plot", metavar="PNG", help="the PNG to draw (default: the CSV's name with .png)")
-    p.add_argument("--dtype", choices=("float32", "float64"), default="float64",
-                   help="arithmetic (default float64, in which the published truth is exact)")
-    p.add_argument("--mode", choices=("auto", "data", "model", "hybrid"), default="auto",
-                   help="as for dasknn infer (default auto)")
-    p.add_argument("--batch", type=int, help="use only the first BATCH images of each input")
-    p.add_argument("--chunks", type=int,
-                   help="image chunks per run (default: the engine's, see dasknn infer --help)")
-    p.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
-    p.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
-    p.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB")
-    p.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
-    p.add_argument("--report", metavar="PATH.html", help="write Dask's performance report of all runs to this file")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=cmd_bench)

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import SHARED
 from dasknn import engine, io, reference
-from dasknn.cli import import_network
+from dasknn.ingest import import_network
 
 IMAGES = 600
 

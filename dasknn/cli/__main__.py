@@ -1,0 +1,7 @@
+"""``python -m dasknn.cli`` runs the command line, as ``python -m dasknn`` does."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())

@@ -1,0 +1,84 @@
+"""What every ``dasknn`` command shares: the progress bar, JSON-or-text output, the performance report, --explain."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import DasknnError
+
+
+class Progress:
+    """A progress bar on a terminal, silence elsewhere (pipes, --json)."""
+
+    def __init__(self, total: int, desc: str, enabled: bool):
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="", leave=False, file=sys.stderr)
+
+    def to(self, done: int, total: int | None = None) -> None:
+        """Show ``done`` steps done."""
+        if self.bar is not None:
+            self.bar.n = done
+            self.bar.refresh()
+
+    def close(self) -> None:
+        """Remove the bar."""
+        if self.bar is not None:
+            self.bar.close()
+
+
+def emit(args: argparse.Namespace, report: dict, text: str) -> None:
+    """Print ``report`` as one JSON object with ``--json``, else ``text``."""
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(text)
+
+
+@contextlib.contextmanager
+def performance_report(path: str | os.PathLike[str] | None, client) -> Iterator[None]:
+    """Write Dask's performance report (task stream, profiles, bandwidth) of the block to ``path`` (HTML).
+
+    ``None`` records nothing. The report is made by the scheduler of ``client``, so it sees every task run there.
+    """
+    if path is None:
+        yield
+        return
+    check_report(path)
+    from distributed import performance_report as _report
+
+    with client.as_current(), _report(filename=os.fspath(path)):
+        yield
+
+
+def check_report(path: str | os.PathLike[str] | None) -> None:
+    """Fail early (before any cluster starts) where ``--report PATH`` cannot be written."""
+    if path is None:
+        return
+    try:
+        import bokeh  # noqa: F401  the scheduler draws the report with bokeh
+    except ImportError:
+        raise DasknnError("--report needs bokeh: pip install bokeh (or 'dasknn[notebook]')") from None
+    if not os.fspath(path).endswith((".html", ".htm")):
+        raise DasknnError(f"--report writes HTML: give a PATH.html, not {os.fspath(path)}")
+    if not Path(path).resolve().parent.is_dir():
+        raise DasknnError(f"--report: the folder of {os.fspath(path)} does not exist")
+
+
+def explain_table(predictions: list[dict], mode: str, group_size: int, measured: float) -> str:
+    """The cost model's table: each mode's predicted seconds and their parts, and what ran."""
+    lines = ["mode     group  fits  predicted s  (compute + exchange + tasks + read)"]
+    for p in predictions:
+        ran = p["mode"] == mode and p["group_size"] == group_size
+        lines.append(f"{p['mode']:<8} {p['group_size']:>5}  {'yes' if p['fits'] else 'no ':<4} {p['seconds']:>11.3f}  "
+                     f"({p['compute']:.3f} + {p['exchange']:.3f} + {p['tasks']:.3f} + {p['read']:.3f})"
+                     + (f"  <- ran: measured {measured:.3f} s" if ran else ""))
+    return "\n".join(lines)

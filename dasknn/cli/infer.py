@@ -1,0 +1,200 @@
+"""``dasknn infer``: its options (shared with the cluster examples), the run on a client, the printed figures."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DasknnError
+from ..ingest import import_network
+from .common import Progress, check_report, emit, explain_table, performance_report
+
+
+@contextlib.contextmanager
+def _as_stores(args: argparse.Namespace) -> Iterator[tuple[Path, Path, np.ndarray | None, dict]]:
+    """Resolve --network/--inputs/--truth to stores (importing TSV into a temporary folder) and the truth."""
+    from .. import generate, io
+    from ..store import is_store, location, open_inputs, open_store, write_inputs_store
+
+    notes: dict = {}
+    with tempfile.TemporaryDirectory(prefix="dasknn-") as tmp:
+        if args.network is None:
+            if args.inputs is not None:
+                raise DasknnError("--inputs needs --network")
+            bar = Progress(generate.DEFAULT["layers"], "generating the default network (once)", not args.json)
+            try:
+                network = generate.default_store(progress=bar.to)
+            finally:
+                bar.close()
+            notes["network"] = f"default: {network}"
+        elif is_store(args.network):
+            network = location(args.network)
+        else:
+            t0 = time.perf_counter()
+            network = import_network(args.network, Path(tmp) / "network.zarr")
+            notes["import_seconds"] = round(time.perf_counter() - t0, 3)
+        neurons = open_store(network, check="metadata").neurons
+        if args.inputs is None:
+            inputs = network
+        elif is_store(args.inputs):
+            inputs = location(args.inputs)
+        else:
+            inputs = write_inputs_store(Path(tmp) / "inputs.zarr", io.read_images(args.inputs, neurons=neurons),
+                                        source=os.fspath(args.inputs))
+        truth = io.read_categories(args.truth) if args.truth else open_inputs(inputs).truth(args.dtype)
+        yield network, inputs, truth, notes
+
+
+def cmd_infer(args: argparse.Namespace) -> int:
+    from ..cluster import local_client, tls_options
+
+    if args.resume and not args.results:
+        raise DasknnError("--resume needs --results (the store the earlier run wrote)")
+    check_report(args.report)
+    with local_client(args.workers, args.threads_per_worker, args.scheduler, gpu=args.gpu,
+                      memory_limit=args.memory_limit or "auto", **tls_options(args)) as client:
+        return run_infer(args, client)
+
+
+def run_infer(args: argparse.Namespace, client) -> int:
+    """Run ``dasknn infer`` with parsed ``args`` on an existing ``client``; print the figures, return the exit code.
+
+    The cluster examples (``examples/slurm.py``, ``mpi.py``, ``gpu.py``) build their own cluster and call this with
+    a parser made by :func:`add_infer_arguments`, so they take exactly the options of ``dasknn infer``.
+    """
+    from .. import engine, io
+
+    if args.resume and not args.results:
+        raise DasknnError("--resume needs --results (the store the earlier run wrote)")
+    with _as_stores(args) as (network, inputs, truth, notes):
+        bar = Progress(0, "infer", not args.json)
+
+        def progress(done: int, total: int) -> None:
+            if bar.bar is not None:
+                bar.bar.total = total
+            bar.to(done)
+
+        try:
+            with performance_report(getattr(args, "report", None), client):
+                result = engine.infer(network, inputs, client, mode=args.mode, partition=args.partition,
+                                      group_size=args.group_size, images=args.batch, chunks=args.chunks,
+                                      segment=args.segment, sync_every=args.sync_every, dtype=args.dtype,
+                                      backend="gpu" if args.gpu else "cpu", resident=args.resident,
+                                      keep_layers=args.keep_layers, results=args.results, resume=args.resume,
+                                      progress=progress, messages=args.messages, explain=args.explain,
+                                      activations=args.activations, plan_store=args.plan_store)
+        finally:
+            bar.close()
+    cats = result.categories
+    mismatched = None
+    if truth is not None:
+        truth = truth[truth < result.images]
+        mismatched = int(np.setxor1d(cats, truth).size)
+    if args.out:
+        io.write_categories(args.out, cats)
+    report = {
+        "images": result.images, "neurons": result.neurons, "layers": result.layers, "edges": result.edges,
+        "categories": int(cats.size),
+        "matches_truth": None if mismatched is None else mismatched == 0,
+        "mismatched": mismatched,
+        "seconds": round(result.seconds, 4),
+        "edges_per_second": None if np.isnan(result.edges_per_second) else result.edges_per_second,
+        "workers": result.workers, "chunks": result.chunks, "dtype": args.dtype,
+        "mode": result.mode, "group_size": result.group_size, "tasks": result.tasks,
+        "bytes_sent": result.bytes_sent, "plan_bytes": result.plan_bytes, "bytes_read": result.bytes_read,
+        "streamed": not result.resident, "computed_chunks": len(result.computed_chunks),
+        "load_seconds": round(result.load_seconds, 3), "plan_seconds": round(result.plan_seconds, 3),
+        "message_bytes": sum(result.message_bytes),
+        **notes,
+    }
+    if result.exchange_bytes:
+        # per layer: the boundary messages as dense rows, and as Dask recorded the compact ones that crossed
+        report["dense_message_bytes_per_layer"] = result.dense_message_bytes
+        report["exchange_bytes_per_layer"] = result.exchange_bytes
+    if result.predictions:
+        report["predictions"] = result.predictions
+        report["calibration"] = result.calibration
+    if args.explain and not args.json:
+        print(explain_table(result.predictions, result.mode, result.group_size, result.seconds), flush=True)
+    verdict = "no truth to compare" if mismatched is None else (
+        "matches the truth" if mismatched == 0 else f"differs from the truth on {mismatched} images")
+    emit(args, report,
+          f"{result.images} images x {result.layers} layers of {result.neurons} neurons ({result.edges} edges): "
+          f"{cats.size} categories, {verdict}\n"
+          f"inference {result.seconds:.3f} s on {result.workers} workers ({result.mode} mode): "
+          f"{result.edges_per_second:.3e} edges/s")
+    return 0
+
+
+def add_infer_arguments(f: argparse.ArgumentParser) -> None:
+    """Add the options of ``dasknn infer`` to ``f`` (also used by the cluster examples in ``examples/``)."""
+    f.add_argument("--network", help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
+    f.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] or a store (default: the network store's inputs)")
+    f.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv (default: the truth stored with the inputs)")
+    f.add_argument("--batch", type=int, help="use only the first BATCH images")
+    f.add_argument("--mode", choices=("auto", "data", "model", "hybrid"), default="auto",
+                   help="data: every worker runs every layer on its images; model: the layers are partitioned "
+                        "over the workers; hybrid: groups of workers split the batch, each group partitions the "
+                        "layers; auto: the one the cost model predicts fastest among those that fit in memory "
+                        "(default auto; see --explain)")
+    f.add_argument("--explain", action="store_true",
+                   help="print the cost model's predicted time of every mode (with --json: in the output)")
+    f.add_argument("--messages", choices=("compact", "dense"), default="compact",
+                   help="model mode: boundary messages as a nonzero bitmap and values, or one value when all are "
+                        "equal, whichever is smallest (compact, default), or as dense rows")
+    f.add_argument("--partition", default="hypergraph",
+                   help="model/hybrid: a method (hypergraph, hypergraph-shared, hypergraph-layered, block, random) "
+                        "or an owners .npy file (default hypergraph)")
+    f.add_argument("--group-size", type=int, help="hybrid: workers per group (default 2)")
+    f.add_argument("--chunks", type=int, help="number of image chunks (default: 2 per worker thread in data mode, "
+                   "1 per thread of a group in model and hybrid mode, more if a chunk would not fit in memory)")
+    f.add_argument("--segment", type=int, help="data mode: layers per task (default: all)")
+    f.add_argument("--sync-every", type=int, default=2,
+                   help="model mode: layers between exchanges of alive masks that drop dead images (default 2)")
+    f.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="arithmetic (default float32)")
+    f.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
+    f.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
+    f.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
+    from ..cluster import add_tls_arguments
+
+    add_tls_arguments(f)
+    f.add_argument("--stream", dest="resident", action="store_false", default=None,
+                   help="read the layers (data mode) or each part's share of them (model mode) as they are needed "
+                        "instead of holding them all (out of core; the default when a worker's weights take over "
+                        "a quarter of its memory)")
+    f.add_argument("--resident", dest="resident", action="store_true",
+                   help="hold every layer, or each part's share, in the workers (the default when they fit)")
+    f.add_argument("--plan-store", metavar="DIR",
+                   help="model mode with --stream: where the part plan (each part's blocks and exchange lists, "
+                        "made once per partition) is kept (default: inside the network store, under plans/)")
+    f.add_argument("--keep-layers", type=int, default=2,
+                   help="streaming: layers a worker holds at once, the one computing and the one read ahead (2)")
+    f.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB (default: machine memory / workers)")
+    f.add_argument("--results", help="a Zarr results store: each chunk's categories are written as it finishes")
+    f.add_argument("--activations", action="store_true",
+                   help="with --results: also write the final activations of every image, chunk by chunk "
+                        "(dasknn.store.read_activations reads them back)")
+    f.add_argument("--resume", action="store_true",
+                   help="continue the run that wrote --results: only the chunks not yet written are computed")
+    f.add_argument("--gpu", action="store_true",
+                   help="run on GPUs: a dask-cuda cluster (one worker per GPU) and CuPy kernels")
+    f.add_argument("--out", help="write the categories (1-based image indices) to this file")
+    f.add_argument("--json", action="store_true", help="print one JSON object")
+    f.add_argument("--report", metavar="PATH.html", help="write Dask's performance report (task stream, worker "
+                   "profiles, transfers) of the inference to this HTML file (needs bokeh)")
+
+
+def add_infer_parser(sub) -> None:
+    """Add ``infer`` to an argparse subparsers object."""
+    f = sub.add_parser("infer", help="batch inference on a Dask cluster",
+                       description="Run GraphChallenge batch inference. With no --network, a generated 1024 x 120 "
+                                   "network and 20,000 images (made once, cached) are used and checked.")
+    add_infer_arguments(f)
+    f.set_defaults(func=cmd_infer)

@@ -1,0 +1,69 @@
+"""The ``dasknn`` command: the parser of every command, exit codes, and one-line errors.
+
+Every user-fixable problem ends as one line on stderr (``dasknn: error: ...``) and exit status 2; nothing here
+knows how the work is done, only which function does it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from .. import __version__
+from ..errors import DasknnError
+from .bench import add_bench_parser
+from .data import add_data_parsers
+from .infer import add_infer_parser
+from .partition import add_partition_parser
+from .train import add_train_parsers
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line like every other error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise DasknnError(f"{self.prog}: {message} (see --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``dasknn`` argument parser (exposed for the docs and tests)."""
+    p = _Parser(prog="dasknn", description="Sparse deep neural networks on Dask: GraphChallenge inference, "
+                                           "partitioning and training, out of core.")
+    p.add_argument("--version", action="version", version=f"dasknn {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    add_data_parsers(sub)
+    add_partition_parser(sub)
+    add_train_parsers(sub)
+    add_bench_parser(sub)
+    add_infer_parser(sub)
+    return p
+
+
+def run_guarded(func: Callable[..., int | None], *args) -> int:
+    """Call ``func(*args)`` as the command line does: a :class:`DasknnError` is one line on stderr and exit 2.
+
+    For scripts built on :func:`add_infer_arguments` and :func:`run_infer` (see ``examples/``).
+    """
+    try:
+        return int(func(*args) or 0)
+    except DasknnError as e:
+        print(f"dasknn: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("dasknn: interrupted; nothing partial was kept", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+
+    def run() -> int:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+
+    return run_guarded(run)

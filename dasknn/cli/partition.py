@@ -1,0 +1,60 @@
+"""``dasknn partition``: the layers' neurons over K parts, reported, saved and optionally drawn."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .common import emit
+
+
+def cmd_partition(args: argparse.Namespace) -> int:
+    """``dasknn partition``: partition, report, and keep the owners with a store (or in ``--out``)."""
+    from .. import io
+    from .. import partition as partitioning
+    from ..store import is_store, open_store, partition_name, save_partition
+
+    if is_store(args.network):
+        layers = open_store(args.network).partition_layers()
+    else:
+        layers = io.read_network(args.network, bias=0.0).layers  # the bias plays no part in partitioning
+    t0 = time.perf_counter()
+    owners = partitioning.partition_network(layers, args.parts, args.method, epsilon=args.epsilon, seed=args.seed)
+    seconds = time.perf_counter() - t0
+    report = partitioning.partition_report(layers, owners, args.method, seconds)
+    if args.out:
+        out = Path(args.out)
+        tmp = out.with_name(f".{out.name}.partial.npy")
+        np.save(tmp, owners, allow_pickle=False)
+        os.replace(tmp, out)
+    if is_store(args.network):
+        # kept with the network, so inference and training reuse it
+        save_partition(args.network, partition_name(args.method, args.parts, args.seed, args.epsilon), owners, report)
+    if args.plot:
+        partitioning.plot_partition(layers, owners, args.method, args.plot, seed=args.seed)
+    emit(args, report, f"{args.method}, {args.parts} parts: volume {report['volume_total']:,} entries per image "
+                       f"(busiest part sends {report['max_part_send']:,}), worst layer imbalance "
+                       f"{report['imbalance_max']:.2%}, {seconds:.1f} s")
+    return 0
+
+
+def add_partition_parser(sub) -> None:
+    """Add ``partition`` to an argparse subparsers object."""
+    pt = sub.add_parser("partition", help="partition the layers' neurons over workers (hypergraph model)",
+                        description="Assign every neuron of every layer to one of K parts, minimising the entries "
+                                    "parts exchange while balancing every layer's work.")
+    pt.add_argument("network", help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
+    pt.add_argument("--parts", type=int, required=True, help="number of parts (workers), K")
+    pt.add_argument("--method", default="hypergraph",
+                    choices=("hypergraph", "hypergraph-shared", "hypergraph-layered", "block", "random"),
+                    help="partitioning method (default hypergraph)")
+    pt.add_argument("--epsilon", type=float, default=0.03, help="allowed per-layer imbalance (default 0.03)")
+    pt.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    pt.add_argument("--out", help="write the owners array (int32, layers+1 x neurons) to this .npy")
+    pt.add_argument("--plot", help="draw per-layer volume against block and random, and per-part load, to a PNG")
+    pt.add_argument("--json", action="store_true", help="print one JSON object")
+    pt.set_defaults(func=cmd_partition)

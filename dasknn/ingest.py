@@ -1,0 +1,66 @@
+"""Published GraphChallenge files into a dasknn store: the network's layers, and optionally its inputs and truth."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from .errors import DasknnError
+
+
+def import_network(
+    network: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    inputs: str | os.PathLike[str] | None = None,
+    truth: str | os.PathLike[str] | None = None,
+    layers: int | None = None,
+    bias: float | None = None,
+    ymax: float = 32.0,
+    overwrite: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> Path:
+    """Import a GraphChallenge network (directory or tar.gz), and optionally its inputs and truth, into a store.
+
+    Parameters
+    ----------
+    network : path
+        A directory of ``n{N}-l{k}.tsv`` files, or ``neuron{N}.tar.gz``.
+    out : path
+        The store to write.
+    inputs, truth : path, optional
+        ``sparse-images-{N}.tsv[.gz]`` and ``neuron{N}-l{L}-categories.tsv`` to store with the network (the truth
+        needs the inputs).
+    layers : int, optional
+        Import only the first ``layers`` layers.
+    bias : float, optional
+        The layer bias (default: the challenge's for N).
+    ymax : float
+        The activation clamp.
+    overwrite : bool
+        Replace ``out`` if it exists.
+    progress : callable, optional
+        Called with the number of layers written after each layer.
+
+    Returns
+    -------
+    Path
+        ``out``.
+    """
+    from . import io, store
+    from .network import challenge_bias
+
+    neurons, depth, layer_iter = io.iter_network_layers(network, layers)
+    images = io.read_images(inputs, neurons=neurons) if inputs else None
+    cats = io.read_categories(truth, images.shape[0] if images is not None else None) if truth else None
+    if cats is not None and images is None:
+        raise DasknnError("--truth needs --inputs")
+    b = challenge_bias(neurons) if bias is None else bias
+    with store.StoreWriter(out, neurons, depth, b, ymax, source=os.fspath(network), overwrite=overwrite) as w:
+        for k, layer in enumerate(layer_iter, start=1):
+            w.write_layer(k, layer)
+            if progress is not None:
+                progress(k)
+        if images is not None:
+            w.write_inputs(images, cats)
+    return Path(out)
