@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 DATA = Path(__file__).parent / "data"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "graphchallenge"
+
+
+def _published_dir() -> Path:
+    """The published GraphChallenge files: $DASKNN_GRAPHCHALLENGE_DIR, else ../shared/data/graphchallenge."""
+    given = os.environ.get("DASKNN_GRAPHCHALLENGE_DIR")
+    return Path(given).expanduser() if given else Path(__file__).resolve().parents[2] / "shared" / "data" / "graphchallenge"
+
+
+SHARED = _published_dir()
 SLICE_LAYERS = 12
 
 
