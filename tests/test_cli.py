@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -71,6 +72,20 @@ def test_infer_reports_a_mismatch(slice_store, capsys, tmp_path):
     assert code == 0
     report = json.loads(out)
     assert report["matches_truth"] is False and report["mismatched"] > 0
+
+
+def test_report_opens_offline(slice_store, client, capsys, tmp_path):
+    pytest.importorskip("bokeh", reason="bokeh is not installed: the report needs it")
+    report = tmp_path / "r.html"
+    code, _, err = run(["infer", "--network", str(slice_store), "--batch", "100", "--scheduler",
+                        client.scheduler.address, "--report", str(report), "--json"], capsys)
+    assert code == 0, err
+    html = report.read_text()
+    assert "Bokeh" in html
+    # no script loaded from elsewhere (bokeh's own code, inline, names CDNs in strings: only tags count)
+    tags = re.findall(r"<script\b[^>]*>", html, flags=re.IGNORECASE)
+    assert tags and not [t for t in tags if re.search(r"\bsrc\s*=", t)], [t for t in tags if "src" in t]
+    assert len(html) > 500_000  # bokeh's JavaScript is in the page itself
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -55,7 +55,8 @@ def performance_report(path: str | os.PathLike[str] | None, client) -> Iterator[
     check_report(path)
     from distributed import performance_report as _report
 
-    with client.as_current(), _report(filename=os.fspath(path)):
+    # inline: the page carries bokeh's scripts, so it opens on an offline compute node (no CDN)
+    with client.as_current(), _report(filename=os.fspath(path), mode="inline"):
         yield
 
 
