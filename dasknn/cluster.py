@@ -144,8 +144,8 @@ def local_client(
                 raise DasknnError("--gpu needs CuPy and dask-cuda: pip install 'dasknn[gpu]'") from None
             with LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0",
                                   CUDA_VISIBLE_DEVICES=None if workers is None else list(range(workers)),
-                                  silence_logs=logging.ERROR, **secure) as cluster, Client(cluster) as client:
-                yield client
+                                  silence_logs=logging.ERROR, **secure) as cluster:
+                yield from _run_then_close(cluster, Client(cluster))
             return
         if scheduler:
             if security is not None:
@@ -174,8 +174,50 @@ def local_client(
             memory_limit=memory_limit,
             silence_logs=logging.ERROR,
             **secure,
-        ) as cluster, Client(cluster, security=security) as client:
-            yield client
+        ) as cluster:
+            yield from _run_then_close(cluster, Client(cluster, security=security))
+
+
+def _quiet_distributed_logs() -> None:
+    """Keep distributed's loggers of this process to critical messages (run in each worker before a normal close).
+
+    A worker's heartbeat that meets the scheduler closing is logged with its traceback (``logger.exception``);
+    on a close we asked for, that is noise, not an error.
+    """
+    for name in ("distributed", "distributed.worker", "distributed.nanny", "distributed.core", "distributed.comm",
+                 "distributed.batched"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+@contextlib.contextmanager
+def _quiet_logs_here() -> Iterator[None]:
+    """distributed's loggers of this process at critical only inside the block (the nannies log from here)."""
+    loggers = [logging.getLogger(n) for n in ("distributed", "distributed.nanny", "distributed.core",
+                                               "distributed.comm", "distributed.scheduler")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _run_then_close(cluster, client) -> Iterator:
+    """Yield ``client``; then close in order: the client, the workers, the scheduler (a generator to delegate to).
+
+    After a run that ended normally the workers are quietened first, so no heartbeat racing the close prints a
+    traceback; after a failure every log is kept.
+    """
+    with client:
+        yield client
+        try:
+            client.run(_quiet_distributed_logs, on_error="ignore")
+        except Exception:  # a worker gone already: nothing to quieten there
+            pass
+    with _quiet_logs_here():
+        cluster.close()  # SpecCluster.close: the workers (scale to 0), then the scheduler
 
 
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:

@@ -88,6 +88,18 @@ def test_report_opens_offline(slice_store, client, capsys, tmp_path):
     assert len(html) > 500_000  # bokeh's JavaScript is in the page itself
 
 
+@pytest.mark.slow
+def test_train_ends_without_a_traceback(tmp_path):
+    pytest.importorskip("sklearn", reason="scikit-learn is not installed: the digits data needs it")
+    for argv in (["generate", "--neurons", "1024", "--layers", "2", "--out", str(tmp_path / "x.zarr")],
+                 ["train", "--network", str(tmp_path / "x.zarr"), "--data", "digits", "--epochs", "1",
+                  "--workers", "2", "--mode", "model"]):
+        proc = subprocess.run([sys.executable, "-m", "dasknn", *argv], capture_output=True, text=True, timeout=600,
+                              cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr and "CommClosedError" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("argv, message", [
     (["infer", "--network", "nowhere.tar.gz"], "nowhere.tar.gz: no such file or directory"),
     (["infer", "--inputs", "x.tsv"], "--inputs needs --network"),
