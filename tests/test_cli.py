@@ -74,6 +74,15 @@ def test_infer_reports_a_mismatch(slice_store, capsys, tmp_path):
     assert report["matches_truth"] is False and report["mismatched"] > 0
 
 
+@pytest.mark.parametrize("value", ["0", "-1"])
+@pytest.mark.parametrize("command", [["infer"], ["bench-graphchallenge", "d"], ["train", "--network", "n.zarr"]])
+def test_no_workers_is_refused(command, value, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run([*command, "--workers", value], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("dasknn: error: ")
+    assert "--workers" in err and "at least 1" in err
+
+
 def test_report_opens_offline(slice_store, client, capsys, tmp_path):
     pytest.importorskip("bokeh", reason="bokeh is not installed: the report needs it")
     report = tmp_path / "r.html"

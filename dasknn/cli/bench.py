@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..challenge import find_cases, plot_rates, run_case, write_csv
 from ..errors import DasknnError
-from .common import check_report, emit, performance_report
+from .common import check_report, emit, performance_report, positive_int
 
 
 def cmd_bench(args) -> int:
@@ -63,8 +63,8 @@ def add_bench_parser(subparsers) -> None:
     p.add_argument("--batch", type=int, help="use only the first BATCH images of each input")
     p.add_argument("--chunks", type=int,
                    help="image chunks per run (default: the engine's, see dasknn infer --help)")
-    p.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
-    p.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
+    p.add_argument("--workers", type=positive_int, help="local worker processes (default: one per core)")
+    p.add_argument("--threads-per-worker", type=positive_int, default=1, help="threads per local worker (default 1)")
     p.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB")
     p.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
     p.add_argument("--report", metavar="PATH.html", help="write Dask's performance report of all runs to this file")

@@ -83,3 +83,14 @@ def explain_table(predictions: list[dict], mode: str, group_size: int, measured:
                      f"({p['compute']:.3f} + {p['exchange']:.3f} + {p['tasks']:.3f} + {p['read']:.3f})"
                      + (f"  <- ran: measured {measured:.3f} s" if ran else ""))
     return "\n".join(lines)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (``--workers 0`` is refused, not read as "the default")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import DasknnError
 from ..ingest import import_network
-from .common import Progress, check_report, emit, explain_table, performance_report
+from .common import Progress, check_report, emit, explain_table, performance_report, positive_int
 
 
 @contextlib.contextmanager
@@ -159,8 +159,9 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--sync-every", type=int, default=2,
                    help="model mode: layers between exchanges of alive masks that drop dead images (default 2)")
     f.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="arithmetic (default float32)")
-    f.add_argument("--workers", type=int, help="local worker processes (default: one per core)")
-    f.add_argument("--threads-per-worker", type=int, default=1, help="threads per local worker (default 1)")
+    f.add_argument("--workers", type=positive_int, help="local worker processes (default: one per core)")
+    f.add_argument("--threads-per-worker", type=positive_int, default=1,
+                   help="threads per local worker (default 1)")
     f.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
     from ..cluster import add_tls_arguments
 

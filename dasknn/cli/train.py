@@ -6,7 +6,7 @@ import argparse
 import os
 
 from ..errors import DasknnError
-from .common import check_report, performance_report
+from .common import check_report, performance_report, positive_int
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -36,4 +36,7 @@ def add_train_parsers(sub) -> None:
 
     train.add_train_parser(sub)
     sub.choices["train"].set_defaults(func=cmd_train)
+    for action in sub.choices["train"]._actions:  # --workers 0 refused by the parser, as for every command
+        if "--workers" in action.option_strings:
+            action.type = positive_int
     train.add_import_weights_parser(sub)
