@@ -6,6 +6,7 @@ import csv
 import gzip
 import json
 import shutil
+import sys
 import tarfile
 from pathlib import Path
 
@@ -104,3 +105,19 @@ def test_batch_limits_the_images(published, client, tmp_path, capsys):
     # float32 may flip an image that sits on the threshold, but no more than a handful
     assert all(int(r["mismatched"]) <= 2 for r in rows)
     assert np.all([r["dtype"] == "float32" for r in rows])
+
+
+def test_without_matplotlib_the_table_is_still_written(published, client, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as after a plain pip install .
+    out = tmp_path / "t.csv"
+    argv = ["bench-graphchallenge", str(published), "--out", str(out), "--batch", "20", "--scheduler",
+            client.scheduler.address]
+    code = main(argv + ["--plot", str(tmp_path / "t.png")])  # asked for: refused before any run, one line
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and 'pip install "dasknn[plot]"' in err and not out.exists()
+    code = main(argv)  # the default plot: skipped with a note
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "Traceback" not in captured.err and 'no plot drawn' in captured.err
+    assert 'pip install "dasknn[plot]"' in captured.err
+    assert len(_rows(out)) == 3 and not out.with_suffix(".png").exists()

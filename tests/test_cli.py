@@ -83,6 +83,14 @@ def test_no_workers_is_refused(command, value, capsys, tmp_path, monkeypatch):
     assert "--workers" in err and "at least 1" in err
 
 
+def test_partition_plot_without_matplotlib_names_the_extra(slice_store, capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as after a plain pip install .
+    code, out, err = run(["partition", str(slice_store), "--parts", "2", "--method", "block",
+                          "--plot", str(tmp_path / "p.png")], capsys)
+    assert code == 2 and err.count("\n") == 1 and 'pip install "dasknn[plot]"' in err
+    assert "Traceback" not in err and not (tmp_path / "p.png").exists()
+
+
 def test_report_opens_offline(slice_store, client, capsys, tmp_path):
     pytest.importorskip("bokeh", reason="bokeh is not installed: the report needs it")
     report = tmp_path / "r.html"

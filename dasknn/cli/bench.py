@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..challenge import find_cases, plot_rates, run_case, write_csv
 from ..errors import DasknnError
-from .common import check_report, emit, performance_report, positive_int
+from .common import (PLOT_EXTRA, check_report, emit, has_matplotlib, performance_report, positive_int,
+                     require_matplotlib)
 
 
 def cmd_bench(args) -> int:
@@ -19,10 +20,15 @@ def cmd_bench(args) -> int:
     for note in notes:
         print(f"dasknn: skipped {note}", file=sys.stderr)
     out = Path(args.out)
+    if args.plot:
+        require_matplotlib("--plot")
     plot = Path(args.plot) if args.plot else out.with_suffix(".png")
     for p in (out, plot):
         if not p.resolve().parent.is_dir():
             raise DasknnError("the folder to write into does not exist", p)
+    if not has_matplotlib():  # the default plot is a bonus: the table is the result
+        print(f"dasknn: no plot drawn: matplotlib is not installed ({PLOT_EXTRA})", file=sys.stderr)
+        plot = None
     check_report(args.report)
     rows = []
     with tempfile.TemporaryDirectory(prefix="dasknn-bench-") as tmp, \
@@ -39,9 +45,11 @@ def cmd_bench(args) -> int:
                 print(f"{case.name}: {row['time'] or float('nan'):.3f} s, {rate}, {verdict}",
                       flush=True)
             write_csv(rows, out)  # after every case: a long run stopped midway keeps what it measured
-    plot_rates(rows, plot)
-    emit(args, {"csv": str(out), "plot": str(plot), "rows": rows, "skipped": notes},
-          f"wrote {out} and {plot}: {sum(r['correct'] for r in rows)} of {len(rows)} correct")
+    if plot is not None:
+        plot_rates(rows, plot)
+    emit(args, {"csv": str(out), "plot": None if plot is None else str(plot), "rows": rows, "skipped": notes},
+         f"wrote {out}{'' if plot is None else f' and {plot}'}: {sum(r['correct'] for r in rows)} of {len(rows)} "
+         f"correct")
     return 0 if all(r["correct"] for r in rows) else 1
 
 
@@ -55,7 +63,8 @@ def add_bench_parser(subparsers) -> None:
                     "edges/s by network. Exit status 1 when any result is not correct.")
     p.add_argument("dir", metavar="DIR", help="the folder holding the published files (searched recursively)")
     p.add_argument("--out", default="graphchallenge.csv", metavar="CSV", help="the CSV to write (default graphchallenge.csv)")
-    p.add_argument("--plot", metavar="PNG", help="the PNG to draw (default: the CSV's name with .png)")
+    p.add_argument("--plot", metavar="PNG", help="the PNG to draw (default: the CSV's name with .png; needs matplotlib, "
+                   f"{PLOT_EXTRA}: without it the default plot is skipped with a note)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="arithmetic (default float64, in which the published truth is exact)")
     p.add_argument("--mode", choices=("auto", "data", "model", "hybrid"), default="auto",

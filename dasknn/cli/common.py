@@ -94,3 +94,21 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+PLOT_EXTRA = 'pip install "dasknn[plot]"'
+
+
+def has_matplotlib() -> bool:
+    """Whether matplotlib can be imported (it is the optional ``plot`` extra)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def require_matplotlib(option: str) -> None:
+    """Fail with one line naming the extra where ``option`` asks for a plot and matplotlib is not installed."""
+    if not has_matplotlib():
+        raise DasknnError(f"{option} draws with matplotlib, which is not installed: {PLOT_EXTRA}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import emit
+from .common import PLOT_EXTRA, emit, require_matplotlib
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
@@ -18,6 +18,8 @@ def cmd_partition(args: argparse.Namespace) -> int:
     from .. import partition as partitioning
     from ..store import is_store, open_store, partition_name, save_partition
 
+    if args.plot:  # before the work, not after it
+        require_matplotlib("--plot")
     if is_store(args.network):
         layers = open_store(args.network).partition_layers()
     else:
@@ -55,6 +57,7 @@ def add_partition_parser(sub) -> None:
     pt.add_argument("--epsilon", type=float, default=0.03, help="allowed per-layer imbalance (default 0.03)")
     pt.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     pt.add_argument("--out", help="write the owners array (int32, layers+1 x neurons) to this .npy")
-    pt.add_argument("--plot", help="draw per-layer volume against block and random, and per-part load, to a PNG")
+    pt.add_argument("--plot", metavar="PNG", help="draw per-layer volume against block and random, and per-part load, "
+                    f"to a PNG (needs matplotlib: {PLOT_EXTRA})")
     pt.add_argument("--json", action="store_true", help="print one JSON object")
     pt.set_defaults(func=cmd_partition)
