@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dasknn import generate, io
-from dasknn.challenge import COLUMNS, find_cases
+from dasknn.challenge import COLUMNS, find_cases, rates_figure
 from dasknn.cli import main
 from dasknn.errors import DasknnError
 
@@ -105,6 +105,24 @@ def test_batch_limits_the_images(published, client, tmp_path, capsys):
     # float32 may flip an image that sits on the threshold, but no more than a handful
     assert all(int(r["mismatched"]) <= 2 for r in rows)
     assert np.all([r["dtype"] == "float32" for r in rows])
+
+
+def test_rates_are_drawn_on_a_linear_axis_with_units():
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed: pip install 'dasknn[plot]'")
+    import matplotlib.pyplot as plt
+
+    rows = [{"neurons": 1024, "layers": 120, "rate": 1.5e10, "correct": True},
+            {"neurons": 4096, "layers": 120, "rate": 2.5e10, "correct": True},
+            {"neurons": 16384, "layers": 120, "rate": None, "correct": False}]
+    fig = rates_figure(rows)
+    try:
+        (ax,) = fig.axes
+        assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+        assert "edges / s" in ax.get_ylabel() and "neurons x layers" in ax.get_xlabel()
+        heights = [bar.get_height() for bar in ax.patches]
+        assert heights[0] / heights[1] == pytest.approx(0.6)
+    finally:
+        plt.close(fig)
 
 
 def test_without_matplotlib_the_table_is_still_written(published, client, tmp_path, capsys, monkeypatch):
