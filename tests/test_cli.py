@@ -37,11 +37,12 @@ def test_infer_real_slice_from_tsv_float64(slice_paths, capsys, tmp_path):
 
 
 def test_infer_store_float32_and_batch(slice_store, capsys):
-    code, out, err = run(["infer", "--network", str(slice_store), "--batch", "400", "--workers", "1", "--json"],
-                         capsys)
-    assert code == 0, err
+    code, out, err = run(["infer", "--network", str(slice_store), "--batch", "400", "--workers", "1", "--json",
+                          "--dtype", "float32"], capsys)
     report = json.loads(out)
     assert report["images"] == 400 and report["mismatched"] <= 5 and report["workers"] == 1
+    assert report["dtype"] == "float32"
+    assert code == (0 if report["mismatched"] == 0 else 1), err
 
 
 def test_infer_model_mode_out_of_core(slice_store, capsys, tmp_path):
@@ -67,11 +68,22 @@ def test_infer_human_output(slice_store, capsys):
 
 def test_infer_reports_a_mismatch(slice_store, capsys, tmp_path):
     (tmp_path / "wrong.tsv").write_text("1\n2\n3\n")
-    code, out, _ = run(["infer", "--network", str(slice_store), "--truth", str(tmp_path / "wrong.tsv"),
-                        "--workers", "1", "--json"], capsys)
-    assert code == 0
+    code, out, err = run(["infer", "--network", str(slice_store), "--truth", str(tmp_path / "wrong.tsv"),
+                          "--workers", "1", "--json"], capsys)
+    assert code == 1  # a check that fails fails the command
     report = json.loads(out)
     assert report["matches_truth"] is False and report["mismatched"] > 0
+    assert err == f"dasknn: {report['mismatched']} images differ from the truth\n"
+
+
+def test_a_few_float32_mismatches_point_to_float64(slice_store, slice_truth, capsys, tmp_path):
+    io.write_categories(tmp_path / "short.tsv", slice_truth[1:])  # one image dropped: a near miss
+    argv = ["infer", "--network", str(slice_store), "--truth", str(tmp_path / "short.tsv"), "--workers", "1"]
+    code, _, err = run(argv + ["--dtype", "float32"], capsys)
+    assert code == 1 and err.count("\n") == 1
+    assert "differ" in err and "from the truth" in err and "--dtype float64 gives the exact answer" in err
+    code, _, err = run(argv + ["--dtype", "float64"], capsys)  # exact: no such hint
+    assert code == 1 and err == "dasknn: 1 image differs from the truth\n"
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])

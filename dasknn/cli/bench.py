@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ..challenge import find_cases, plot_rates, run_case, write_csv
 from ..errors import DasknnError
-from .common import (PLOT_EXTRA, check_report, emit, has_matplotlib, performance_report, positive_int,
-                     require_matplotlib)
+from .common import (PLOT_EXTRA, check_report, emit, has_matplotlib, mismatch_line, performance_report,
+                     positive_int, require_matplotlib)
 
 
 def cmd_bench(args) -> int:
@@ -40,7 +40,7 @@ def cmd_bench(args) -> int:
             rows.append(row)
             if not args.json:
                 verdict = ("correct" if row["correct"] else
-                           f"WRONG ({row['note'] or str(row['mismatched']) + ' images differ from the truth'})")
+                           f"WRONG ({row['note'] or mismatch_line(row['mismatched'], row['images'], args.dtype)})")
                 rate = f"{row['rate']:.3e} edges/s" if row["rate"] else "-"
                 print(f"{case.name}: {row['time'] or float('nan'):.3f} s, {rate}, {verdict}",
                       flush=True)

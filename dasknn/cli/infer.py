@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import numpy as np
 
 from ..errors import DasknnError
 from ..ingest import import_network
-from .common import Progress, check_report, emit, explain_table, performance_report, positive_int
+from .common import Progress, check_report, emit, explain_table, mismatch_line, performance_report, positive_int
 
 
 @contextlib.contextmanager
@@ -130,6 +131,10 @@ def run_infer(args: argparse.Namespace, client) -> int:
           f"{cats.size} categories, {verdict}\n"
           f"inference {result.seconds:.3f} s on {result.workers} workers ({result.mode} mode): "
           f"{result.edges_per_second:.3e} edges/s")
+    if mismatched:
+        # a check that fails fails the command, as bench-graphchallenge does
+        print(f"dasknn: {mismatch_line(mismatched, result.images, args.dtype)}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
