@@ -86,6 +86,16 @@ def test_a_few_float32_mismatches_point_to_float64(slice_store, slice_truth, cap
     assert code == 1 and err == "dasknn: 1 image differs from the truth\n"
 
 
+def test_float64_is_the_default_and_says_so(capsys):
+    from dasknn.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert commands["infer"].parse_args([]).dtype == "float64"
+    assert commands["bench-graphchallenge"].parse_args(["d"]).dtype == "float64"
+    for name in ("infer", "bench-graphchallenge"):
+        assert "default float64" in " ".join(commands[name].format_help().split())
+
+
 @pytest.mark.parametrize("value", ["0", "-1"])
 @pytest.mark.parametrize("command", [["infer"], ["bench-graphchallenge", "d"], ["train", "--network", "n.zarr"]])
 def test_no_workers_is_refused(command, value, capsys, tmp_path, monkeypatch):

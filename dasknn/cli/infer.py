@@ -163,7 +163,9 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--segment", type=int, help="data mode: layers per task (default: all)")
     f.add_argument("--sync-every", type=int, default=2,
                    help="model mode: layers between exchanges of alive masks that drop dead images (default 2)")
-    f.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="arithmetic (default float32)")
+    f.add_argument("--dtype", choices=("float32", "float64"), default="float64",
+                   help="arithmetic (default float64, in which the published truth is exact; float32 is faster and "
+                        "may flip an image that sits on the threshold)")
     f.add_argument("--workers", type=positive_int, help="local worker processes (default: one per core)")
     f.add_argument("--threads-per-worker", type=positive_int, default=1,
                    help="threads per local worker (default 1)")
