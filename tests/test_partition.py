@@ -10,6 +10,9 @@ import scipy.sparse as sp
 
 from dasknn import generate, store
 from dasknn import partition as P
+from dasknn.partition import hypergraph as PH
+from dasknn.partition import metrics as PM
+from dasknn.partition import simple as PS
 from dasknn.errors import DasknnError
 from dasknn.network import Network
 
@@ -78,11 +81,11 @@ def brute_force(layers: list[sp.csc_matrix], owners: np.ndarray, parts: int) -> 
 
 @pytest.fixture(scope="module", autouse=True)
 def _two_threads() -> None:
-    P._mtk(2)  # Mt-KaHyPar's pool is per process; this machine has 2 cores
+    PH._mtk(2)  # Mt-KaHyPar's pool is per process; this machine has 2 cores
 
 
 # ----------------------------------------------------------------------------------------------- metrics
-@pytest.mark.parametrize("dense_limit", [P._DENSE_CELLS, 0], ids=["dense-marks", "sorted-keys"])
+@pytest.mark.parametrize("dense_limit", [PM._DENSE_CELLS, 0], ids=["dense-marks", "sorted-keys"])
 @pytest.mark.parametrize("parts", [1, 2, 5])
 @pytest.mark.parametrize("shape", [(6, 1), (17, 3), (40, 2)], ids=lambda s: f"n{s[0]}-l{s[1]}")
 @pytest.mark.parametrize("density", [0.05, 0.3])
@@ -90,7 +93,7 @@ def _two_threads() -> None:
 def test_metrics_match_brute_force(
     monkeypatch: pytest.MonkeyPatch, dense_limit: int, parts: int, shape: tuple[int, int], density: float, seed: int
 ) -> None:
-    monkeypatch.setattr(P, "_DENSE_CELLS", dense_limit)
+    monkeypatch.setattr(PM, "_DENSE_CELLS", dense_limit)
     n, depth = shape
     layers = random_layers(n, depth, density, seed)
     owners = np.random.default_rng(seed + 100).integers(0, parts, size=(depth + 1, n)).astype(np.int32)
@@ -268,7 +271,7 @@ def test_zero_epsilon_means_exact_balance(method: str) -> None:
 def test_rebalance_brings_every_part_under_its_cap(cap: int) -> None:
     weights = np.array([1, 2, 3, 4, 5, 6, 7, 8, 0, 4], dtype=np.int64)  # total 40, four parts
     row = np.zeros(10, dtype=np.int32)  # everything in part 0
-    fixed = P._rebalance(row, weights, 4, cap)
+    fixed = PS._rebalance(row, weights, 4, cap)
     assert np.bincount(fixed, weights=weights, minlength=4).max() <= cap
 
 
