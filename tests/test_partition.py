@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +13,10 @@ from dasknn import generate, store
 from dasknn import partition as P
 from dasknn.partition import hypergraph as PH
 from dasknn.partition import metrics as PM
+from dasknn.partition import segments as PG
 from dasknn.partition import simple as PS
 from dasknn.errors import DasknnError
+from dasknn.io import read_network
 from dasknn.network import Network
 
 
@@ -327,3 +330,51 @@ def test_default_method_on_demand_is_the_forward_pass():
     got = P.partition_network(_Counting(net.layers), 2, "hypergraph", seed=1, preset="deterministic")
     want = P.partition_network(net.layers, 2, "hypergraph-layered", sweeps=0, seed=1, preset="deterministic")
     np.testing.assert_array_equal(got, want)
+
+
+# ----------------------------------------------------------------------------------------------- fast, segments
+SLICE = Path(__file__).parent / "data" / "neuron1024-l12.tar.gz"
+
+
+@pytest.mark.parametrize("method", ["fast", "fast-segments"])
+@pytest.mark.parametrize("network", ["generated", "slice"])
+def test_fast_methods_are_valid_balanced_and_beat_random(method: str, network: str) -> None:
+    ws = generate.network(1024, 12, seed=3).layers if network == "generated" else read_network(SLICE).layers
+    owners = P.partition_network(ws, 8, method, seed=1)
+    P.validate_partition(owners, len(ws), ws[0].shape[0], 8)
+    assert P.layer_imbalance(ws, owners, parts=8).max() <= 0.03 + 1e-12
+    vol = P.layer_volumes(ws, owners, parts=8).sum()
+    rnd = P.layer_volumes(ws, P.partition_network(ws, 8, "random", seed=1), parts=8).sum()
+    assert vol * 3 <= rnd  # clearly better than no locality
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fast_puts_disjoint_blocks_in_their_own_parts(seed: int) -> None:
+    layers = block_layers(blocks=4, size=8, depth=4, per_column=3, seed=seed, relabel_each_row=True)
+    owners = P.partition_network(layers, 4, "fast", seed=seed)
+    # row 1 by Mt-KaHyPar finds the blocks; every later row follows its inputs' owners
+    assert P.layer_volumes(layers, owners).tolist() == [0, 0, 0, 0]
+
+
+def test_match_parts_finds_the_permutation_of_a_relabelled_row() -> None:
+    rng = np.random.default_rng(0)
+    reference = rng.integers(0, 5, size=200).astype(np.int32)
+    relabel = np.array([3, 0, 4, 1, 2])  # row's part q is reference's relabel[q]
+    inverse = np.argsort(relabel)
+    row = inverse[reference]
+    row[:20] = rng.integers(0, 5, size=20)  # a few neurons placed differently: the matching still holds
+    np.testing.assert_array_equal(PG.match_parts(reference, row, 5), relabel)
+
+
+def test_stitch_relabels_the_segment_and_takes_the_shared_row() -> None:
+    previous_last = np.array([0, 0, 1, 1, 2, 2], dtype=np.int32)
+    # the segment named the same three groups 2, 0, 1 and placed neuron 5 elsewhere in its own row 0
+    segment = np.array([[2, 2, 0, 0, 1, 0], [2, 0, 0, 1, 1, 2]], dtype=np.int32)
+    out = PG.stitch(previous_last, segment, 3)
+    np.testing.assert_array_equal(out[0], previous_last)
+    np.testing.assert_array_equal(out[1], [0, 1, 1, 2, 2, 0])
+
+
+def test_segments_cover_every_layer_once() -> None:
+    assert PG.bounds(10, 3) == [(0, 3), (3, 7), (7, 10)]
+    assert PG.bounds(2, 4) == [(0, 1), (1, 2)]

@@ -37,13 +37,23 @@ Methods
     cannot follow it, and it keeps every layer balanced on any network, where one shared owner can balance
     only the summed work. The sweeps win a further 0.2-1 % for 1.5-2 times the forward pass's time each
     (see BENCHMARKS.md).
+``fast``
+    Row 1 by Mt-KaHyPar, then every row by greedy placement and label propagation in Numba with the previous
+    row fixed, then one backward sweep refining every row with both neighbours fixed (:mod:`.fast`). Several
+    times faster than the layered Mt-KaHyPar pass per layer, but it sends about twice as much on the
+    challenge network (see BENCHMARKS.md), so it is not the default.
+``fast-segments``
+    ``fast`` on four runs of layers partitioned independently (in parallel on a cluster), stitched: each
+    run's parts relabelled to agree with the previous run's last row (a maximum-weight matching of parts),
+    and the rows around each seam refined (:mod:`.segments`).
 
 Mt-KaHyPar is seeded, but with more than one thread its parallel refinement is not bit-for-bit
 deterministic: two runs may differ slightly in volume (never in validity or balance). ``preset="deterministic"``
 (Mt-KaHyPar's deterministic preset) gives the same owners on every run, at some cost in time.
 
 The package's modules: ``metrics`` (checks and costs), ``simple`` (baselines, balance), ``hypergraph``
-(Mt-KaHyPar methods), ``methods`` (the entry point) and ``plot``.
+(Mt-KaHyPar methods), ``fast`` and ``segments`` (the Numba method and stitching), ``methods`` (the entry
+point) and ``plot``.
 """
 
 from .hypergraph import PRESETS

@@ -149,6 +149,37 @@ def _tile_row(row: np.ndarray, layers: int) -> np.ndarray:
     return np.ascontiguousarray(np.tile(row.astype(np.int32), (layers + 1, 1)))
 
 
+def first_row(csr: sp.csr_matrix, weight: np.ndarray, parts: int, eps: float, seed: int,
+              preset: str = "default") -> np.ndarray:
+    """Owners of one layer's outputs with nothing fixed: Mt-KaHyPar on its column nets (the consumer sets of
+    each input; the input's own owner is chosen afterwards), balanced on ``weight``.
+
+    Parameters
+    ----------
+    csr
+        The layer (``N x N``, CSR: row ``i`` lists the consumers of input ``i``).
+    weight
+        Work of each output (the layer's column counts).
+    parts, eps, seed, preset
+        As for :func:`~dasknn.partition.partition_network`; Mt-KaHyPar must be initialised (``_mtk``).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``int32`` owners of the ``N`` outputs.
+    """
+    n = csr.shape[1]
+    flat, ptr = _row_nets(csr, 0, 0, head_ids=False)
+    sizes = np.diff(ptr)
+    keep = np.flatnonzero(sizes >= 2)
+    idx = np.concatenate([np.arange(ptr[e], ptr[e + 1]) for e in keep]) if len(keep) else np.zeros(0, np.int64)
+    flat, ptr = flat[idx], np.concatenate([[0], np.cumsum(sizes[keep])]).astype(np.int64)
+    w1 = np.maximum(weight, 1)
+    if len(ptr) == 1:
+        return _split_by_weight(np.arange(n), weight, parts)
+    return _run_mtk(n, flat, ptr, None, w1, parts, eps, [_cap(float(w1.sum()), parts, eps)] * parts, seed, preset=preset)
+
+
 class _Layered:
     """Row-by-row partitioning with neighbouring rows fixed (the ``hypergraph-layered`` machinery)."""
 
@@ -220,20 +251,9 @@ class _Layered:
 
     def forward(self) -> np.ndarray:
         """Initial owners: layer 1 from its column-net hypergraph, then each row with the previous one fixed."""
-        n, k = self.n, self.parts
-        owners = np.zeros((self.L + 1, n), dtype=np.int32)
-        # Row 1 alone: nets are the consumer sets of each input (the input's own owner is chosen afterwards).
-        flat, ptr = _row_nets(self.csr(0), 0, 0, head_ids=False)
-        sizes = np.diff(ptr)
-        keep = np.flatnonzero(sizes >= 2)
-        idx = np.concatenate([np.arange(ptr[e], ptr[e + 1]) for e in keep]) if len(keep) else np.zeros(0, np.int64)
-        flat, ptr = flat[idx], np.concatenate([[0], np.cumsum(sizes[keep])]).astype(np.int64)
-        w1 = np.maximum(self.weight(1), 1)
-        if len(ptr) > 1:
-            owners[1] = _run_mtk(n, flat, ptr, None, w1, k, self.eps, [_cap(float(w1.sum()), k, self.eps)] * k, self.seed,
-                                 preset=self.preset)
-        else:
-            owners[1] = _split_by_weight(np.arange(n), self.weight(1), k)
+        k = self.parts
+        owners = np.zeros((self.L + 1, self.n), dtype=np.int32)
+        owners[1] = first_row(self.csr(0), self.weight(1), k, self.eps, self.seed, self.preset)
         owners[0] = self.solve_row(owners, 0, use_prev=False, use_next=True)
         for r in range(2, self.L + 1):
             owners[r] = self.solve_row(owners, r, use_prev=True, use_next=False)

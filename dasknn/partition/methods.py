@@ -8,12 +8,15 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import DasknnError
+from .fast import fast
 from .hypergraph import PRESETS, _layered, _mtk, _shared
 from .metrics import _as_layers, _check_epsilon, _check_parts, layer_imbalance, layer_volumes, validate_partition
+from .segments import fast_segments
 from .simple import _block, _random
 
 #: Methods :func:`partition_network` accepts.
-METHODS: tuple[str, ...] = ("hypergraph", "hypergraph-shared", "hypergraph-layered", "block", "random")
+METHODS: tuple[str, ...] = ("hypergraph", "hypergraph-shared", "hypergraph-layered", "fast", "fast-segments", "block",
+                            "random")
 
 
 # --------------------------------------------------------------------------------------------- entry point
@@ -49,7 +52,8 @@ def partition_network(
         once per process, so only the first hypergraph call's value takes effect.
     sweeps
         Refinement sweeps after the forward pass of the layered methods (alternately backward and
-        forward; each re-partitions every row). Default: 0 for ``hypergraph``, 2 for ``hypergraph-layered``.
+        forward; each re-partitions every row). Default: 0 for ``hypergraph``, 2 for ``hypergraph-layered``, 1
+        for ``fast`` (a label-propagation sweep).
     preset
         Mt-KaHyPar preset, one of :data:`PRESETS`: ``"default"``, or ``"deterministic"`` (the same owners on
         every run, whatever the threads: for reproducible figures; slower).
@@ -87,6 +91,10 @@ def partition_network(
         _mtk(threads)
         if method == "hypergraph-shared":
             owners = _shared(ws, k, eps, seed, preset)
+        elif method == "fast":
+            owners = fast(ws, k, eps, seed, 1 if sweeps is None else int(sweeps), preset)
+        elif method == "fast-segments":
+            owners = fast_segments(ws, k, eps, seed, preset=preset)
         else:
             # Measured on the challenge network: the forward pass alone beats the shared owner by about a
             # third in volume in less time; each sweep costs about as much as the forward pass for ~0.5 %.
