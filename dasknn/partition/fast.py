@@ -157,6 +157,12 @@ def place_row(
     row = np.full(n, -1, np.int64) if init is None else np.asarray(init, dtype=np.int64).copy()
     cap = _cap(float(weight.sum()), parts, epsilon)
     order = np.random.default_rng(seed).permutation(n).astype(np.int64)
+    if layer is not None and init is None:
+        # the most certain outputs first (most inputs in one part): they set each net's parts for the rest
+        aff = np.zeros((n, parts), np.int64)
+        np.add.at(aff, (np.repeat(np.arange(n), np.diff(indptr)), prev_a[indices]), 1)
+        deg = np.maximum(np.diff(indptr), 1)
+        order = order[np.argsort(-(aff.max(axis=1) / deg)[order], kind="stable")]
     _place(indptr, indices, prev_a, np.ascontiguousarray(nb.reshape(-1, parts)), weight, row, cap, order, passes)
     return _rebalance(row.astype(np.int32), weight, parts, cap)
 
