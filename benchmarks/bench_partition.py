@@ -4,13 +4,17 @@ For every network and K it prints one row per method: total volume (connectivity
 ratio to ``random`` at the same K, the busiest part's sends, the worst layer's work imbalance and the time
 to partition. Targets (issue 3): at K = 16 the default ``hypergraph`` sends at most 1/10 of ``random``,
 imbalance <= 3 % in every layer, under 60 s on 2 cores; the same on the shuffled copy; a generated
-16384 x 120 network partitions at K = 16 in under 10 minutes.
+16384 x 120 network partitions at K = 16 in under 10 minutes. Issue 16 adds ``fast`` and ``fast-segments``
+and a speed target: generated 65536 x 480 at K = 2 in at most 150 s (``--generated 65536 --generated-layers 480
+--generated-parts 2 --no-real``).
 
 Usage::
 
     python benchmarks/bench_partition.py                      # real + shuffled, K = 4, 16, 64
     python benchmarks/bench_partition.py --generated 16384    # adds the generated 16384 x 120 row (K = 16)
     python benchmarks/bench_partition.py --parts 16 --methods random hypergraph --plot bench-out/p16.png
+    python benchmarks/bench_partition.py --parts 16 --methods random hypergraph fast fast-segments --generated 16384 \
+        --generated-methods random hypergraph fast fast-segments --generated-layers 120
 
 The machine matters: timings in BENCHMARKS.md come from a shared 2-core box and are noisy.
 """
@@ -79,6 +83,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shuffle-seed", type=int, default=1)
     ap.add_argument("--generated", type=int, default=0, metavar="N", help="also partition a generated N x 120 network at K = 16")
     ap.add_argument("--generated-methods", nargs="+", default=["random", "block", "hypergraph"], choices=P.METHODS)
+    ap.add_argument("--generated-layers", type=int, default=120, help="depth of the generated network")
+    ap.add_argument("--generated-parts", type=int, default=16, help="K for the generated network")
+    ap.add_argument("--no-real", action="store_true", help="skip the challenge network (and its shuffled copy)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default="bench-out/partition.json")
     ap.add_argument("--plot", default="bench-out/partition-n1024-k16.png")
@@ -93,16 +100,19 @@ def main(argv: list[str] | None = None) -> None:
     print("|------------------------|--------------------|----:|-----------:|--------:|----------:|--------:|---------:|")
     rows: list[dict] = []
     net = read_network(args.data)
-    run("n1024-l120", net.layers, args.parts, args.methods, args.threads, rows, args.plot)
-    if not args.no_shuffled:
+    if not args.no_real:
+        run("n1024-l120", net.layers, args.parts, args.methods, args.threads, rows, args.plot)
+    if not args.no_shuffled and not args.no_real:
         run("n1024-l120 shuffled", shuffled(net.layers, args.shuffle_seed), args.parts, args.methods, args.threads, rows, None)
     if args.generated:
         from dasknn import generate
 
         t0 = time.perf_counter()
-        gen = generate.network(args.generated, 120, seed=0)
-        print(f"# generated {args.generated} x 120 in {time.perf_counter() - t0:.1f} s")
-        run(f"generated {args.generated}x120", gen.layers, [16], args.generated_methods, args.threads, rows, None)
+        depth = args.generated_layers
+        gen = generate.network(args.generated, depth, seed=0)
+        print(f"# generated {args.generated} x {depth} in {time.perf_counter() - t0:.1f} s")
+        run(f"generated {args.generated}x{depth}", gen.layers, [args.generated_parts], args.generated_methods,
+            args.threads, rows, None)
     Path(args.json).write_text(json.dumps(rows, indent=1))
     print(f"# wrote {args.json}" + (f" and {args.plot}" if args.plot else ""))
 
