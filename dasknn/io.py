@@ -54,14 +54,107 @@ def _is_blank(c: int) -> bool:
     return c == 32 or c == 9 or c == 13  # space, tab, carriage return
 
 
+#: What :func:`_parse_float` returns for a float the exact fast path leaves to Python.
+_SLOW = len(_MESSAGES) + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_index(buf, start, stop, limit):  # pragma: no cover - compiled
+    """The 1-based index written in ``buf[start:stop]``: ``(value, _OK)``, or ``(0, error code)``."""
+    if stop - start > 18:
+        return 0, _NOT_INT
+    v = 0
+    for k in range(start, stop):
+        d = buf[k] - 48
+        if d < 0 or d > 9:
+            return 0, _NOT_INT
+        v = v * 10 + d
+    if v == 0:
+        return 0, _ZERO_INDEX
+    if limit > 0 and v > limit:
+        return 0, _BIG_INDEX
+    return v, _OK
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_float(buf, start, stop, powers):  # pragma: no cover - compiled
+    """The decimal float in ``buf[start:stop]``: ``[sign] digits [. digits] [e|E [sign] digits]``.
+
+    Returns ``(value, _OK)``; ``(0.0, _SLOW)`` where the exact fast path (Clinger's: at most 15 significant
+    digits, |exponent| <= 22, ``powers`` the exact powers of ten) cannot convert it; or ``(0.0, error code)``
+    (nan and inf are numbers, but not allowed).
+    """
+    k = start
+    neg = False
+    if buf[k] == 45 or buf[k] == 43:
+        neg = buf[k] == 45
+        k += 1
+    mant = 0
+    digits = 0
+    exp10 = 0
+    seen = 0
+    while k < stop and 48 <= buf[k] <= 57:
+        if mant == 0 and buf[k] == 48:
+            pass  # leading zeros are not significant
+        elif digits < 19:
+            mant = mant * 10 + (buf[k] - 48)
+            digits += 1
+        else:
+            exp10 += 1  # digits past 19 only scale; the slow path will see digits > 15
+            digits += 1
+        seen += 1
+        k += 1
+    if k < stop and buf[k] == 46:
+        k += 1
+        while k < stop and 48 <= buf[k] <= 57:
+            if mant == 0 and buf[k] == 48:
+                exp10 -= 1
+            elif digits < 19:
+                mant = mant * 10 + (buf[k] - 48)
+                digits += 1
+                exp10 -= 1
+            else:
+                digits += 1
+            seen += 1
+            k += 1
+    if seen == 0:
+        c0 = buf[k] | 32 if k < stop else 0
+        return 0.0, (_NOT_FINITE if c0 == 110 or c0 == 105 else _NOT_NUMBER)  # 'n' or 'i'
+    if k < stop and (buf[k] == 101 or buf[k] == 69):
+        k += 1
+        eneg = False
+        if k < stop and (buf[k] == 45 or buf[k] == 43):
+            eneg = buf[k] == 45
+            k += 1
+        e = 0
+        edigits = 0
+        while k < stop and 48 <= buf[k] <= 57:
+            if e < 100000:
+                e = e * 10 + (buf[k] - 48)
+            edigits += 1
+            k += 1
+        if edigits == 0:
+            return 0.0, _NOT_NUMBER
+        exp10 += -e if eneg else e
+    if k != stop:
+        return 0.0, _NOT_NUMBER
+    if mant == 0:
+        x = 0.0
+    elif digits <= 15 and -_MAX_EXACT_POW10 <= exp10 <= _MAX_EXACT_POW10:
+        # both operands are exact, so one IEEE operation rounds correctly
+        x = mant * powers[exp10] if exp10 >= 0 else mant / powers[-exp10]
+    else:
+        return 0.0, _SLOW
+    return (-x if neg else x), _OK
+
+
 @numba.njit(cache=True, nogil=True)
 def _parse_table(buf, ncols, limits, ints, values, slow_at):  # pragma: no cover - compiled
     """Parse whitespace-separated rows of ``ncols`` fields; the last field is a float when ``values`` is given.
 
     Integer fields go to ``ints[:, c]`` and must lie in ``1 .. limits[c]`` (no limit where ``limits[c] <= 0``).
-    A float that the exact fast path (Clinger's: at most 15 significant digits, |exponent| <= 22) cannot convert
-    is left to Python: its byte offsets go to ``slow_at``. Returns (rows, slow count, error code, error line,
-    error column); blank lines are skipped.
+    A float that the exact fast path cannot convert is left to Python: its byte offsets go to ``slow_at``.
+    Returns (rows, slow count, error code, error line, error column); blank lines are skipped.
     """
     n = buf.size
     pos = 0
@@ -94,90 +187,20 @@ def _parse_table(buf, ncols, limits, ints, values, slow_at):  # pragma: no cover
             while i < end and not _is_blank(buf[i]):
                 i += 1
             if col < nint:
-                v = 0
-                if i - start > 18:
-                    return row, nslow, _NOT_INT, line, col + 1
-                for k in range(start, i):
-                    d = buf[k] - 48
-                    if d < 0 or d > 9:
-                        return row, nslow, _NOT_INT, line, col + 1
-                    v = v * 10 + d
-                if v == 0:
-                    return row, nslow, _ZERO_INDEX, line, col + 1
-                if limits[col] > 0 and v > limits[col]:
-                    return row, nslow, _BIG_INDEX, line, col + 1
+                v, code = _parse_index(buf, start, i, limits[col])
+                if code != _OK:
+                    return row, nslow, code, line, col + 1
                 ints[row, col] = v
             else:
-                # a decimal float: [sign] digits [. digits] [e|E [sign] digits], or nan/inf (rejected)
-                k = start
-                neg = False
-                if buf[k] == 45 or buf[k] == 43:
-                    neg = buf[k] == 45
-                    k += 1
-                mant = 0
-                digits = 0
-                exp10 = 0
-                seen = 0
-                while k < i and 48 <= buf[k] <= 57:
-                    if mant == 0 and buf[k] == 48:
-                        pass  # leading zeros are not significant
-                    elif digits < 19:
-                        mant = mant * 10 + (buf[k] - 48)
-                        digits += 1
-                    else:
-                        exp10 += 1  # digits past 19 only scale; the slow path will see digits > 15
-                        digits += 1
-                    seen += 1
-                    k += 1
-                if k < i and buf[k] == 46:
-                    k += 1
-                    while k < i and 48 <= buf[k] <= 57:
-                        if mant == 0 and buf[k] == 48:
-                            exp10 -= 1
-                        elif digits < 19:
-                            mant = mant * 10 + (buf[k] - 48)
-                            digits += 1
-                            exp10 -= 1
-                        else:
-                            digits += 1
-                        seen += 1
-                        k += 1
-                if seen == 0:
-                    # no digits: maybe nan or inf, which are numbers but not allowed
-                    c0 = buf[k] | 32 if k < i else 0
-                    if c0 == 110 or c0 == 105:  # 'n' or 'i'
-                        return row, nslow, _NOT_FINITE, line, col + 1
-                    return row, nslow, _NOT_NUMBER, line, col + 1
-                if k < i and (buf[k] == 101 or buf[k] == 69):
-                    k += 1
-                    eneg = False
-                    if k < i and (buf[k] == 45 or buf[k] == 43):
-                        eneg = buf[k] == 45
-                        k += 1
-                    e = 0
-                    edigits = 0
-                    while k < i and 48 <= buf[k] <= 57:
-                        if e < 100000:
-                            e = e * 10 + (buf[k] - 48)
-                        edigits += 1
-                        k += 1
-                    if edigits == 0:
-                        return row, nslow, _NOT_NUMBER, line, col + 1
-                    exp10 += -e if eneg else e
-                if k != i:
-                    return row, nslow, _NOT_NUMBER, line, col + 1
-                if mant == 0:
-                    x = 0.0
-                elif digits <= 15 and -_MAX_EXACT_POW10 <= exp10 <= _MAX_EXACT_POW10:
-                    # both operands are exact, so one IEEE operation rounds correctly
-                    x = mant * powers[exp10] if exp10 >= 0 else mant / powers[-exp10]
-                else:
-                    x = 0.0
+                x, code = _parse_float(buf, start, i, powers)
+                if code == _SLOW:
                     slow_at[nslow, 0] = row
                     slow_at[nslow, 1] = start
                     slow_at[nslow, 2] = i
                     nslow += 1
-                values[row] = -x if neg else x
+                elif code != _OK:
+                    return row, nslow, code, line, col + 1
+                values[row] = x
             col += 1
         if col == 0:
             pos = end + 1
