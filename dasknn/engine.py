@@ -40,6 +40,9 @@ from . import kernels
 from .errors import DasknnError
 from .partition import layer_volumes
 from .plan import Outline, PartLayer, build_plan, layer_counts, local_block, plan_layer, received_rows
+from .runtime.graph import PinnedGraph, ref
+from .runtime.metrics import bytes_sent, exchange_log_pop, install_exchange_log
+from .runtime.recovery import WorkersLost, await_workers, ensure_client, watch, workers_info
 from .store import (
     LayerStream,
     PartStream,
@@ -60,6 +63,8 @@ from .store import (
 )
 
 MODES = ("auto", "data", "model", "hybrid")
+#: The old names train.py imports, until it takes them from dasknn.runtime (the next commit).
+_Graph, _ref, _bytes_sent = PinnedGraph, ref, bytes_sent
 #: Share of a worker's memory limit its weights may take before ``auto`` spreads the layers over more workers.
 WEIGHTS_SHARE = 0.25
 
@@ -244,51 +249,6 @@ def _message_tally(run: str) -> dict[int, list[int]]:
     return _MESSAGES.pop(run, {})
 
 
-EXCHANGE_LOG = "dasknn-exchange"
-
-
-def _exchange_log():
-    """A scheduler plugin: the size Dask records for every boundary message, by run and layer: outputs of
-    ``send-l{k}-...`` tasks (layer ``k``) and of ``spmm-l{k}-...`` steps (their messages for layer ``k + 1``) that a
-    task pinned to another worker depends on. These are the bytes that cross, layer by layer, as Dask measured
-    them (``sizeof`` of the output on its worker). Made here so importing the engine does not import distributed."""
-    from distributed.diagnostics.plugin import SchedulerPlugin
-
-    class ExchangeLog(SchedulerPlugin):
-        name = EXCHANGE_LOG
-
-        def __init__(self) -> None:
-            self.runs: dict[str, dict[int, int]] = {}
-            self.scheduler = None
-
-        async def start(self, scheduler) -> None:
-            self.scheduler = scheduler
-
-        def transition(self, key, start, finish, *args, **kwargs) -> None:
-            if finish != "memory" or not isinstance(key, str) or not key.startswith(("send-l", "spmm-l")):
-                return
-            ts = self.scheduler.tasks.get(key) if self.scheduler is not None else None
-            if ts is None:
-                return
-            here = {ws.address for ws in ts.who_has or ()}
-            if not any(dts.worker_restrictions and here.isdisjoint(dts.worker_restrictions) for dts in ts.dependents):
-                return  # read on its own worker only
-            layer = int(key.split("-")[1][1:]) + key.startswith("spmm-l")
-            per_run = self.runs.setdefault(key.rsplit("-", 1)[1], {})
-            per_run[layer] = per_run.get(layer, 0) + int(ts.nbytes)
-
-    return ExchangeLog()
-
-
-def _exchange_log_installed(dask_scheduler) -> bool:
-    return EXCHANGE_LOG in dask_scheduler.plugins
-
-
-def _exchange_log_pop(dask_scheduler, run: str) -> dict[int, int]:
-    plugin = dask_scheduler.plugins.get(EXCHANGE_LOG)
-    return {} if plugin is None else plugin.runs.pop(run, {})
-
-
 def _step(part: list[tuple[PartLayer, Block]] | tuple, k: int, held: tuple[str, int, int], images, after,
           bias: float, ymax: float, others: tuple[int, ...], recipients: tuple[int, ...], sync: bool, final: bool,
           with_block: bool, compact: bool, *inbox: tuple) -> tuple:
@@ -395,10 +355,6 @@ def _categories(start: int, count: int, results: tuple | None, finals: tuple | N
     return ids, alive
 
 
-def _bytes_sent(dask_worker) -> int:
-    return int(dask_worker.transfer_outgoing_bytes_total)
-
-
 # --- graph building (client) --------------------------------------------------------------------------------
 
 
@@ -411,50 +367,6 @@ def chunk_bounds(images: int, chunks: int) -> list[tuple[int, int]]:
 def sync_layers(depth: int, sync_every: int) -> list[int]:
     """Layers after which model-mode parts exchange alive masks and drop dead images (always the last)."""
     return sorted(set(range(sync_every, depth + 1, sync_every)) | {depth})
-
-
-#: One Dask span for every graph this process submits. Without it each submission opens a span of its own,
-#: and every worker keeps its fine-grained metrics per span for ever (``Server.digests_total``): a long-lived
-#: cluster running many inferences would grow by about 50 KB per run.
-SPAN = {"name": ("dasknn",), "ids": (f"dasknn-{uuid.uuid4()}",)}
-
-
-class _Graph:
-    """A task graph whose keys are pinned to workers: one HighLevelGraph layer per worker."""
-
-    def __init__(self, run: str):
-        self.run = run
-        self.by_worker: dict[str, dict] = {}
-
-    def add(self, worker: str, name: str, task: tuple) -> str:
-        key = f"{name}-{self.run}"
-        self.by_worker.setdefault(worker, {})[key] = task
-        return key
-
-    def __len__(self) -> int:
-        return sum(len(d) for d in self.by_worker.values())
-
-    def submit(self, client, keys: list[str]) -> list:
-        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-
-        layers = {f"w{i}-{self.run}": MaterializedLayer(d, annotations={"workers": [w], "allow_other_workers": False,
-                                                                         "span": SPAN})
-                  for i, (w, d) in enumerate(self.by_worker.items())}
-        deps = {name: set(layers) - {name} for name in layers}
-        return client.get(HighLevelGraph(layers, deps), keys, sync=False)
-
-
-def _ref(key: str):
-    from dask._task_spec import TaskRef
-
-    return TaskRef(key)
-
-
-def _refs(keys: list[str]):
-    # a list argument whose items are other tasks' results
-    from dask._task_spec import List, TaskRef
-
-    return List(*(TaskRef(k) for k in keys))
 
 
 def _noop(x: int) -> int:
@@ -712,16 +624,14 @@ def infer(
     if backend not in ("cpu", "gpu"):
         raise DasknnError(f"backend must be cpu or gpu, not {backend!r}")
     if client is None:
-        from .cluster import local_client
-
-        with local_client() as c:
+        with ensure_client() as c:
             return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
                          chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
                          resident=resident, keep_layers=keep_layers, results=results, resume=resume,
                          progress=progress, messages=messages, explain=explain, activations=activations,
                          plan_store=plan_store)
 
-    info = _workers_info(client)
+    info = workers_info(client)
     workers = sorted(info)
     if not workers:
         raise DasknnError("the Dask cluster has no workers")
@@ -779,7 +689,7 @@ def infer(
             passes.append(one)
             finished.update(one.chunks)
             remaining = []
-        except _WorkersLost as lost:
+        except WorkersLost as lost:
             passes.append(lost.partial)
             finished.update(lost.partial.chunks)
             remaining = [c for c in remaining if c not in finished]
@@ -788,7 +698,9 @@ def infer(
                                   "up: if they ran out of memory, raise --memory-limit, use --stream, more --chunks "
                                   "or --keep-layers 1; else see the workers' logs") from None
             t0 = time.perf_counter()
-            workers = _await_workers(client, len(workers))
+            workers = await_workers(client, len(workers), AWAIT_WORKERS_SECONDS)
+            if not workers:
+                raise DasknnError("every Dask worker was lost and none came back")
             recoveries.append({"lost": lost.lost, "chunks_kept": len(finished), "chunks_rerun": len(remaining),
                                "waited_seconds": round(time.perf_counter() - t0, 3), "workers_now": len(workers)})
     last = passes[-1] if passes else None
@@ -818,6 +730,8 @@ def infer(
 
 #: Times an inference re-runs its unfinished chunks after losing workers before it gives up.
 MAX_RECOVERIES = 3
+#: Seconds an inference waits after losing workers for as many to be back (a nanny restarts a killed one).
+AWAIT_WORKERS_SECONDS = 60.0
 #: Memory a worker takes before it holds any data: Python, Dask, Zarr, the compiled kernels (measured: a
 #: fresh worker with dasknn loaded uses about 140 MiB).
 WORKER_BASE = 128 << 20
@@ -879,28 +793,6 @@ def _check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, m
         f"{(WORKER_BASE + need) / MEMORY_SHARE / mb:,.0f} MiB, {advice}, or use more --chunks")
 
 
-def _workers_info(client) -> dict:
-    """Every worker's identity (address: nthreads, memory_limit, ...), asked of the scheduler now.
-
-    Not ``client.scheduler_info(n_workers=-1)``: that refreshes the client's cached identity and returns the cache,
-    which distributed's periodic refresh (every ``distributed.client.scheduler-info-interval``, 2 s, made without
-    the workers) can overwrite in between, so a cluster with workers sometimes looked empty."""
-    return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
-
-
-def _await_workers(client, expected: int, timeout: float = 60.0) -> list[str]:
-    """The workers after a loss: wait (up to ``timeout``) for as many as before (a nanny restarts a killed
-    worker at a new address), then take what there is."""
-    deadline = time.monotonic() + timeout
-    while True:
-        workers = sorted(_workers_info(client))
-        if len(workers) >= expected or (workers and time.monotonic() > deadline):
-            return workers
-        if time.monotonic() > deadline:
-            raise DasknnError("every Dask worker was lost and none came back")
-        time.sleep(0.2)
-
-
 @dataclass
 class _Job:
     """What every pass of one inference shares."""
@@ -940,43 +832,8 @@ class _Pass:
     per_layer: np.ndarray | None = None
 
 
-class _WorkersLost(Exception):
-    def __init__(self, lost: list[str], partial: _Pass):
-        super().__init__(f"lost workers {lost}")
-        self.lost = lost
-        self.partial = partial
-
-
-def _watch(client, futures: list, workers: list[str], on_done: Callable) -> None:
-    """Wait for ``futures``, calling ``on_done(future)`` as each finishes; raise :class:`_WorkersLost` as soon
-    as one of ``workers`` leaves the cluster (tasks pinned to it would wait for it for ever)."""
-    from distributed import wait
-    from distributed.scheduler import KilledWorker
-
-    pending = set(futures)
-    while pending:
-        try:
-            done, pending = wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")
-        except TimeoutError:
-            done = set()
-        for fut in done:
-            if fut.status == "error":
-                exc = fut.exception()
-                if isinstance(exc, KilledWorker):
-                    raise _WorkersLost([str(getattr(exc, "last_worker", "?"))], _Pass())
-                fut.result()  # re-raise the worker's error (a DasknnError names the store and layer)
-            on_done(fut)
-        if pending:
-            now = set(client.nthreads())
-            gone = [w for w in workers if w not in now]
-            if gone:
-                for fut in pending:
-                    fut.cancel()
-                raise _WorkersLost(gone, _Pass())
-
-
 def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> _Pass:
-    """Load and run chunks ``todo`` on ``workers`` in groups of ``g``; raise :class:`_WorkersLost` with the chunks
+    """Load and run chunks ``todo`` on ``workers`` in groups of ``g``; raise :class:`WorkersLost` with the chunks
     that finished if a worker leaves."""
     store, path, dtype, backend, resident = job.store, job.path, job.dtype, job.backend, job.resident
     bounds, depth = job.bounds, store.depth
@@ -995,18 +852,17 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
             t0 = time.perf_counter()
             try:
                 plan_path, outline = _part_plan(client, job, owners, workers, run)
-            except _WorkersLost as lost:
-                raise _WorkersLost(lost.lost, out) from None
+            except WorkersLost as lost:
+                raise WorkersLost(lost.lost, out) from None
             out.plan_seconds = time.perf_counter() - t0
             for members in groups:
                 part_of.update({w: ("part", plan_path, q, dtype, job.keep_layers) for q, w in enumerate(members)})
-        if not client.run_on_scheduler(_exchange_log_installed):
-            client.register_plugin(_exchange_log())
+        install_exchange_log(client)
     out.plan = outline
 
     # phase 1, untimed: weights and inputs into the workers' memory
     t0 = time.perf_counter()
-    load = _Graph(run)
+    load = PinnedGraph(run)
     weight_keys: dict[str, str] = {}
     image_keys: dict[tuple[int, int], str] = {}
     chunk_group = {c: i % len(groups) for i, c in enumerate(todo)}
@@ -1030,14 +886,14 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
     keys = list(weight_keys.values()) + list(image_keys.values())
     loaded = dict(zip(keys, load.submit(client, keys)))
     try:
-        _watch(client, list(loaded.values()), workers, lambda f: None)
-    except _WorkersLost as lost:
-        raise _WorkersLost(lost.lost, out) from None
+        watch(client, list(loaded.values()), workers)
+    except WorkersLost as lost:
+        raise WorkersLost(lost.lost, out) from None
     out.load_seconds = time.perf_counter() - t0
     part_of.update({w: loaded[key] for w, key in weight_keys.items()})
 
     # phase 2, timed: the inference graph, referring to the loaded blocks by their futures
-    graph = _Graph(run)
+    graph = PinnedGraph(run)
     result_keys: dict[str, int] = {}
     for i, c in enumerate(todo):
         a, b = bounds[c]
@@ -1055,7 +911,7 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
         result_keys[key] = c
     out.tasks = len(graph)
     read_before = client.run(_stream_bytes)
-    sent_before = client.run(_bytes_sent)
+    sent_before = client.run(bytes_sent)
     t0 = time.perf_counter()
     futures = graph.submit(client, list(result_keys))
 
@@ -1066,19 +922,19 @@ def _execute(client, job: _Job, workers: list[str], g: int, todo: list[int]) -> 
             job.progress(len(out.chunks), len(futures))
 
     try:
-        _watch(client, futures, workers, finish)
-    except _WorkersLost as lost:
+        watch(client, futures, workers, finish)
+    except WorkersLost as lost:
         out.seconds = time.perf_counter() - t0
-        raise _WorkersLost(lost.lost, out) from None
+        raise WorkersLost(lost.lost, out) from None
     finally:
         for f in list(loaded.values()) + futures:
             f.release()  # the blocks leave the workers' memory
         client.run(_close_streams, run)  # and the streamed layers
     out.seconds = time.perf_counter() - t0
-    sent_after = client.run(_bytes_sent)
+    sent_after = client.run(bytes_sent)
     out.bytes_sent = sum(sent_after[w] - sent_before.get(w, 0) for w in sent_after)
     if outline is not None:
-        for k, nbytes in client.run_on_scheduler(_exchange_log_pop, run=run).items():
+        for k, nbytes in client.run_on_scheduler(exchange_log_pop, run=run).items():
             if k <= depth:  # (the last layer's blocks go to the categories task, not to a part)
                 out.per_layer[k - 1, 2] += nbytes
     for tally in client.run(_message_tally, run).values():
@@ -1116,17 +972,17 @@ def _part_plan(client, job: _Job, owners: np.ndarray, workers: list[str], run: s
     if found is None:
         create_plan_store(path, job.path, owners)
         parts = int(owners.max()) + 1
-        tasks = _Graph(run)
+        tasks = PinnedGraph(run)
         keys = [tasks.add(workers[(k - 1) % len(workers)], f"plan-l{k}",
                           (_write_part_plan_layer, job.path, path, k, parts)) for k in range(1, len(owners))]
         futures = tasks.submit(client, keys)
-        _watch(client, futures, workers, lambda f: None)
+        watch(client, futures, workers)
         finish_plan_store(path, np.stack([f.result() for f in futures]))
         found = open_plan_store(path, job.path, owners)
     return path, Outline.from_owners(owners, found.counts())
 
 
-def _data_chunk(graph: _Graph, c: int, start: int, w: str, weights, images, depth: int, segment: int, bias: float,
+def _data_chunk(graph: PinnedGraph, c: int, start: int, w: str, weights, images, depth: int, segment: int, bias: float,
                 ymax: float, results: tuple | None) -> str:
     key = ""
     for first in range(1, depth + 1, segment):
@@ -1135,14 +991,14 @@ def _data_chunk(graph: _Graph, c: int, start: int, w: str, weights, images, dept
         args = (weights, images, start, first, last, bias, ymax, final, results)
         if first > 1:
             # continue from the previous segment's (yt, ids)
-            yt_key = graph.add(w, f"state-l{first - 1}-c{c}-yt", (_segment_state, _ref(key), 0))
-            id_key = graph.add(w, f"state-l{first - 1}-c{c}-ids", (_segment_state, _ref(key), 1))
-            args = (weights, _ref(yt_key), _ref(id_key), first, last, bias, ymax, final, results)
+            yt_key = graph.add(w, f"state-l{first - 1}-c{c}-yt", (_segment_state, ref(key), 0))
+            id_key = graph.add(w, f"state-l{first - 1}-c{c}-ids", (_segment_state, ref(key), 1))
+            args = (weights, ref(yt_key), ref(id_key), first, last, bias, ymax, final, results)
         key = graph.add(w, f"spmm-l{first}-{last}-p0-c{c}", (_run_segment, *args))
     return key
 
 
-def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[str], plan: Outline,
+def _model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: list[str], plan: Outline,
                  part_of: dict[str, object], images: list, depth: int, sync_every: int, bias: float, ymax: float,
                  results: tuple | None, compact: bool) -> str:
     # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures).
@@ -1166,16 +1022,16 @@ def _model_chunk(graph: _Graph, c: int, start: int, count: int, members: list[st
             recipients = tuple(sorted(needs))
             key = graph.add(members[p], f"spmm-l{k}-p{p}-c{c}", (
                 _step, part_of[members[p]], k, (graph.run, c, p), images[p] if k == 1 else None,
-                None if previous[p] is None else _ref(previous[p]), bias, ymax, tuple(s for s, _ in inbox[p]),
-                recipients, sync, final, with_block, compact, *(_ref(key) for _, key in inbox[p])))
+                None if previous[p] is None else ref(previous[p]), bias, ymax, tuple(s for s, _ in inbox[p]),
+                recipients, sync, final, with_block, compact, *(ref(key) for _, key in inbox[p])))
             previous[p] = key
             if len(recipients) == 1:
                 coming[recipients[0]].append((p, key))
             else:
                 for r in recipients:
                     coming[r].append((p, graph.add(members[p], f"send-l{k + 1}-p{p}-to{r}-c{c}",
-                                                   (_pick, _ref(key), r))))
+                                                   (_pick, ref(key), r))))
         inbox = coming
     finals = (plan.neurons, plan.last_outputs) if with_block else None
     return graph.add(members[0], f"categories-c{c}", (_categories, start, count, results, finals,
-                                                       *(_ref(key) for key in previous)))
+                                                       *(ref(key) for key in previous)))
