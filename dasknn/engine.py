@@ -63,8 +63,6 @@ from .store import (
 )
 
 MODES = ("auto", "data", "model", "hybrid")
-#: The old names train.py imports, until it takes them from dasknn.runtime (the next commit).
-_Graph, _ref, _bytes_sent = PinnedGraph, ref, bytes_sent
 #: Share of a worker's memory limit its weights may take before ``auto`` spreads the layers over more workers.
 WEIGHTS_SHARE = 0.25
 

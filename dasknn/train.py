@@ -65,11 +65,16 @@ import scipy.sparse as sp
 from . import kernels
 from .errors import DasknnError
 from .network import Network, as_csc_layer
+from .runtime import metrics
+from .runtime.graph import PinnedGraph, ref, tree_sum
+from .runtime.recovery import await_workers, ensure_client, watch, worker_lost
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
 MODES = ("single", "data", "model", "hybrid")
 #: Times a run rebuilds itself after losing a worker before it gives up.
 MAX_RESTARTS = 3
+#: Seconds a training run waits after losing workers for as many to be back before it restarts.
+AWAIT_WORKERS_SECONDS = 30.0
 MOMENTUM = 0.9
 ADAM = (0.9, 0.999, 1e-8)
 #: Optimiser state arrays per parameter.
@@ -404,10 +409,6 @@ def _d_grad(model: Model, xt: np.ndarray, labels: np.ndarray, idx: np.ndarray, s
     return np.append(_flat(grads), loss)
 
 
-def _sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return a + b
-
-
 def _d_update(model: Model, total: np.ndarray, lr: float) -> Model:
     grads = _unflat(total[:-1], model.params)
     step = model.step + 1
@@ -418,24 +419,6 @@ def _d_update(model: Model, total: np.ndarray, lr: float) -> Model:
 
 def _last(a: np.ndarray) -> float:
     return float(a[-1])
-
-
-def _tree_sum(graph, keys: list[str], where: list[str], name: str) -> str:
-    """Sum the arrays of ``keys`` (on workers ``where``) by a binary tree of pinned tasks; the root's key."""
-    from .engine import _ref
-
-    keys, where = list(keys), list(where)
-    level = 0
-    while len(keys) > 1:
-        nk, nw = [], []
-        for i in range(0, len(keys), 2):
-            if i + 1 < len(keys):
-                nk.append(graph.add(where[i], f"{name}-sum{level}-{i}", (_sum, _ref(keys[i]), _ref(keys[i + 1]))))
-            else:
-                nk.append(keys[i])
-            nw.append(where[i])
-        keys, where, level = nk, nw, level + 1
-    return keys[0]
 
 
 # --- model mode: splitting a model into parts, and the tasks ----------------------------------------------------
@@ -593,42 +576,6 @@ def _item(t, i):
     return t[i]
 
 
-# --- losing a worker --------------------------------------------------------------------------------------------
-
-
-class _WorkersLost(Exception):
-    """A worker the run's tasks are pinned to has left the cluster."""
-
-
-def _watch(client, futures: list, workers: set[str], poll: float = 0.5) -> None:
-    """Wait until ``futures`` are done; raise :class:`_WorkersLost` as soon as one of ``workers`` has left.
-
-    Tasks pinned to a worker that has gone wait for it forever (a nanny restarts a killed worker at a new
-    address), and the values held only there are lost, so the run must be rebuilt on the workers there are."""
-    from distributed import wait
-
-    while True:
-        try:
-            wait(futures, timeout=poll)
-            return
-        except TimeoutError:
-            pass
-        if not workers <= set(client.nthreads()):
-            raise _WorkersLost(", ".join(sorted(workers - set(client.nthreads()))))
-
-
-def _worker_lost(client, workers: set[str], error: Exception) -> bool:
-    """Whether ``error`` comes from losing a worker (rather than from a fault a retry would repeat)."""
-    from distributed import KilledWorker
-
-    if isinstance(error, (_WorkersLost, KilledWorker)):
-        return True
-    try:
-        return not workers <= set(client.nthreads())
-    except Exception:  # the scheduler itself is unreachable: nothing to recover onto
-        return False
-
-
 # --- the driver -------------------------------------------------------------------------------------------------
 
 
@@ -685,23 +632,21 @@ class _DataRunner:
         self.y = {w: client.scatter(labels, workers=[w], hash=False) for w in set(workers)}
 
     def run(self, steps: list[np.ndarray], lr: float, first: int) -> list[float]:
-        from .engine import _Graph, _ref
-
-        graph = _Graph(uuid.uuid4().hex[:8])
+        graph = PinnedGraph(uuid.uuid4().hex[:8])
         r = len(self.workers)
         cur = list(self.replicas)
         loss_keys = []
         for s, idx in enumerate(steps, start=first):
             shards = np.array_split(idx, r)
-            gk = [graph.add(w, f"grad-s{s}-r{i}", (_d_grad, cur[i] if s == first else _ref(cur[i]), self.x[w],
+            gk = [graph.add(w, f"grad-s{s}-r{i}", (_d_grad, cur[i] if s == first else ref(cur[i]), self.x[w],
                                                     self.y[w], shards[i], float(idx.size)))
                   for i, w in enumerate(self.workers)]
-            root = _tree_sum(graph, gk, self.workers, f"allreduce-s{s}")
-            loss_keys.append(graph.add(self.workers[0], f"loss-s{s}", (_last, _ref(root))))
-            cur = [graph.add(w, f"model-s{s}-r{i}", (_d_update, cur[i] if s == first else _ref(cur[i]), _ref(root), lr))
+            root = tree_sum(graph, gk, self.workers, f"allreduce-s{s}")
+            loss_keys.append(graph.add(self.workers[0], f"loss-s{s}", (_last, ref(root))))
+            cur = [graph.add(w, f"model-s{s}-r{i}", (_d_update, cur[i] if s == first else ref(cur[i]), ref(root), lr))
                    for i, w in enumerate(self.workers)]
         futures = graph.submit(self.client, cur + loss_keys)
-        _watch(self.client, futures, set(self.workers))
+        watch(self.client, futures, set(self.workers))
         losses = self.client.gather(futures[r:])
         self.replicas = futures[:r]
         return losses
@@ -734,9 +679,7 @@ class _ModelRunner:
         self.y = {w: client.scatter(labels, workers=[w], hash=False) for w in {ws[0] for ws in groups}}
 
     def run(self, steps: list[np.ndarray], lr: float, first: int) -> list[float]:
-        from .engine import _Graph, _ref
-
-        graph = _Graph(uuid.uuid4().hex[:8])
+        graph = PinnedGraph(uuid.uuid4().hex[:8])
         plan, parts, depth, n_groups = self.plan, self.plan.parts, self.template.depth, len(self.groups)
         cur = [list(states) for states in self.states]
         loss_keys = []
@@ -745,7 +688,7 @@ class _ModelRunner:
             grads = []
             for a, ws in enumerate(self.groups):
                 def st(q, a=a):
-                    return _ref(cur[a][q]) if isinstance(cur[a][q], str) else cur[a][q]
+                    return ref(cur[a][q]) if isinstance(cur[a][q], str) else cur[a][q]
 
                 t = f"s{s}-g{a}"
                 sid = shards[a]
@@ -754,43 +697,43 @@ class _ModelRunner:
                 for k in range(1, depth + 1):
                     layer = plan.layers[k - 1]
                     sends = {(p, q): graph.add(ws[p], f"send-{t}-l{k}-p{p}-to{q}",
-                                               (_m_send, st(p), k, q, _ref(fwd[-1][p])))
+                                               (_m_send, st(p), k, q, ref(fwd[-1][p])))
                              for p in range(parts) for q in layer[p].send}
                     new = []
                     for q in range(parts):
                         senders = tuple(sorted(layer[q].recv))
                         new.append(graph.add(ws[q], f"fwd-{t}-l{k}-p{q}",
-                                             (_m_fwd, st(q), k, _ref(fwd[-1][q]), senders,
-                                              *(_ref(sends[(p, q)]) for p in senders))))
+                                             (_m_fwd, st(q), k, ref(fwd[-1][q]), senders,
+                                              *(ref(sends[(p, q)]) for p in senders))))
                     fwd.append(new)
-                partial = [graph.add(ws[q], f"logits-{t}-p{q}", (_m_partial_logits, st(q), _ref(fwd[-1][q])))
+                partial = [graph.add(ws[q], f"logits-{t}-p{q}", (_m_partial_logits, st(q), ref(fwd[-1][q])))
                            for q in range(parts)]
                 # the loss and its error are scaled by the whole batch, so the groups' gradients add up
                 lossres = graph.add(ws[0], f"loss-{t}", (_m_loss, st(0), self.y[ws[0]], sid, float(idx.size),
-                                                         *(_ref(k) for k in partial)))
-                loss_keys.append(graph.add(ws[0], f"lossv-{t}", (_item, _ref(lossres), 1)))
-                head = [graph.add(ws[q], f"head-{t}-p{q}", (_m_head_back, st(q), _ref(fwd[-1][q]), _ref(lossres)))
+                                                         *(ref(k) for k in partial)))
+                loss_keys.append(graph.add(ws[0], f"lossv-{t}", (_item, ref(lossres), 1)))
+                head = [graph.add(ws[q], f"head-{t}-p{q}", (_m_head_back, st(q), ref(fwd[-1][q]), ref(lossres)))
                         for q in range(parts)]
                 g = head
                 backs = [[None] * parts for _ in range(depth)]
                 for k in range(depth, 0, -1):
                     for q in range(parts):
                         backs[k - 1][q] = graph.add(ws[q], f"back-{t}-l{k}-p{q}",
-                                                    (_m_back, st(q), k, _ref(fwd[k][q]), _ref(g[q])))
+                                                    (_m_back, st(q), k, ref(fwd[k][q]), ref(g[q])))
                     if k == 1:
                         break
                     layer = plan.layers[k - 1]
                     rets = {(q, p): graph.add(ws[q], f"ret-{t}-l{k}-p{q}-to{p}",
-                                              (_m_return, st(q), k, p, _ref(backs[k - 1][q])))
+                                              (_m_return, st(q), k, p, ref(backs[k - 1][q])))
                             for q in range(parts) for p in layer[q].recv}
                     g = []
                     for p in range(parts):
                         senders = tuple(sorted(layer[p].send))
                         n_prev = plan.layers[k - 2][p].outputs.size
                         g.append(graph.add(ws[p], f"gerr-{t}-l{k - 1}-p{p}",
-                                           (_m_gather, st(p), k, n_prev, _ref(backs[k - 1][p]), senders,
-                                            *(_ref(rets[(q, p)]) for q in senders))))
-                pieces = [(_ref(head[q]), _ref(lossres), *(_ref(backs[k][q]) for k in range(depth)))
+                                           (_m_gather, st(p), k, n_prev, ref(backs[k - 1][p]), senders,
+                                            *(ref(rets[(q, p)]) for q in senders))))
+                pieces = [(ref(head[q]), ref(lossres), *(ref(backs[k][q]) for k in range(depth)))
                           for q in range(parts)]
                 if n_groups == 1:  # model mode: each part updates from its own gradients, no traffic
                     cur[a] = [graph.add(ws[q], f"state-{t}-p{q}", (_m_update, st(q), lr, *pieces[q]))
@@ -802,14 +745,14 @@ class _ModelRunner:
                 # part q of every group holds the same columns: sum their gradient values (values only) by a
                 # tree pinned to those workers, then every copy applies the same step
                 for q in range(parts):
-                    root = _tree_sum(graph, [grads[a][q] for a in range(n_groups)],
+                    root = tree_sum(graph, [grads[a][q] for a in range(n_groups)],
                                      [ws[q] for ws in self.groups], f"allreduce-s{s}-p{q}")
                     for a, ws in enumerate(self.groups):
-                        prev = _ref(cur[a][q]) if isinstance(cur[a][q], str) else cur[a][q]
-                        cur[a][q] = graph.add(ws[q], f"state-s{s}-g{a}-p{q}", (_m_apply, prev, lr, _ref(root)))
+                        prev = ref(cur[a][q]) if isinstance(cur[a][q], str) else cur[a][q]
+                        cur[a][q] = graph.add(ws[q], f"state-s{s}-g{a}-p{q}", (_m_apply, prev, lr, ref(root)))
         flat_cur = [k for states in cur for k in states]
         futures = graph.submit(self.client, flat_cur + loss_keys)
-        _watch(self.client, futures, set(self.workers))
+        watch(self.client, futures, set(self.workers))
         values = self.client.gather(futures[len(flat_cur):])
         self.states = [futures[a * parts:(a + 1) * parts] for a in range(n_groups)]
         # the groups' losses are shares of one batch's loss: their sum, in group order
@@ -937,9 +880,7 @@ def train(
         seconds = time.perf_counter() - t0
     else:
         if client is None:
-            from .cluster import local_client
-
-            with local_client(workers=min(workers, os.cpu_count() or 1)) as c:
+            with ensure_client(workers=min(workers, os.cpu_count() or 1)) as c:
                 return train(network if path is None else path, data, epochs=epochs, batch=batch, lr=lr,
                              optimizer=optimizer, mode=mode, partition=partition, workers=workers, client=c,
                              checkpoint_every=checkpoint_every, checkpoint=checkpoint, resume=resume, seed=seed,
@@ -972,10 +913,8 @@ def train(
             return _ModelRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, plan, xt,
                                 y_tr), len(names)
 
-        from .engine import _bytes_sent
-
         runner, n_workers = start_on_cluster(model)
-        sent0 = client.run(_bytes_sent)
+        sent0 = client.run(metrics.bytes_sent)
         t0 = time.perf_counter()
         done = model.step
         chunks = list(bounds())
@@ -993,20 +932,18 @@ def train(
                 else:
                     # the figures before the model comes back to the client (the gather is counted as sent)
                     seconds = time.perf_counter() - t0
-                    sent1 = client.run(_bytes_sent)
+                    sent1 = client.run(metrics.bytes_sent)
                     final = runner.model()
                     break
             except Exception as e:
-                if not _worker_lost(client, set(runner.workers), e):
+                if not worker_lost(client, set(runner.workers), e):
                     raise
                 restarts += 1
                 if restarts > MAX_RESTARTS:
                     raise DasknnError(f"workers were lost {restarts} times during training; giving up") from e
                 runner.cancel()
-                try:
-                    client.wait_for_workers(n_workers, timeout=30)  # a nanny restarts a killed worker
-                except TimeoutError:
-                    pass  # carry on with the workers there are
+                # a nanny restarts a killed worker; after the wait, carry on with the workers there are
+                await_workers(client, n_workers, AWAIT_WORKERS_SECONDS)
                 back = load_checkpoint(checkpoint)[0] if saved else model
                 losses = losses[:back.step - done]
                 i = at_chunk.get(back.step - done, len(chunks))
