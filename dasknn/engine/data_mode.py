@@ -1,0 +1,22 @@
+"""Data mode's graph builder: one worker runs a chunk through segments of consecutive layers."""
+
+from __future__ import annotations
+
+from ..runtime.graph import PinnedGraph, ref
+from .tasks import run_segment, segment_state
+
+
+def data_chunk(graph: PinnedGraph, c: int, start: int, w: str, weights, images, depth: int, segment: int, bias: float,
+               ymax: float, results: tuple | None) -> str:
+    key = ""
+    for first in range(1, depth + 1, segment):
+        last = min(depth, first + segment - 1)
+        final = last == depth
+        args = (weights, images, start, first, last, bias, ymax, final, results)
+        if first > 1:
+            # continue from the previous segment's (yt, ids)
+            yt_key = graph.add(w, f"state-l{first - 1}-c{c}-yt", (segment_state, ref(key), 0))
+            id_key = graph.add(w, f"state-l{first - 1}-c{c}-ids", (segment_state, ref(key), 1))
+            args = (weights, ref(yt_key), ref(id_key), first, last, bias, ymax, final, results)
+        key = graph.add(w, f"spmm-l{first}-{last}-p0-c{c}", (run_segment, *args))
+    return key

@@ -1,0 +1,281 @@
+"""Batch inference (:func:`infer`) and its result: argument checks, mode choice, recovery from lost workers."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DasknnError
+from ..runtime.recovery import WorkersLost, await_workers, ensure_client, workers_info
+from ..store import location, open_inputs, open_results, open_store, read_results
+from .execute import Job, Pass, execute
+from .modes import check_mode
+from .sizing import WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, predict_modes
+
+
+@dataclass
+class InferenceResult:
+    """What an inference run produced and how long it took."""
+
+    categories: np.ndarray
+    images: int
+    neurons: int
+    layers: int
+    edges: int
+    seconds: float
+    workers: int
+    chunks: int
+    mode: str = "data"
+    group_size: int = 1
+    load_seconds: float = 0.0
+    #: making the part plan a model-mode run out of core streams from (0 when one was reused or none was needed)
+    plan_seconds: float = 0.0
+    tasks: int = 0
+    plan_volume: list[int] = field(default_factory=list)
+    bytes_sent: int = 0
+    plan_bytes: int = 0
+    #: per layer: bytes of the boundary messages as dense rows, and as built (measured on the workers)
+    dense_message_bytes: list[int] = field(default_factory=list)
+    message_bytes: list[int] = field(default_factory=list)
+    #: per layer: the boundary messages' sizes as Dask's scheduler recorded them (what crossed)
+    exchange_bytes: list[int] = field(default_factory=list)
+    bytes_read: int = 0
+    resident: bool = True
+    computed_chunks: list[int] = field(default_factory=list)
+
+    images_computed: int | None = None
+    #: the cost model's predictions (``--mode auto`` or ``explain``) and the rates it used
+    predictions: list[dict] = field(default_factory=list)
+    calibration: dict | None = None
+    #: each loss of workers the run survived: who, chunks kept and re-run, seconds waited for workers
+    recoveries: list[dict] = field(default_factory=list)
+
+    @property
+    def edges_per_second(self) -> float:
+        """The challenge's rate: images x edges / inference seconds (images computed in this run, when resumed)."""
+        n = self.images if self.images_computed is None else self.images_computed
+        return n * self.edges / self.seconds if self.seconds > 0 and n > 0 else float("nan")
+
+
+def infer(
+    network: str | os.PathLike[str],
+    inputs: str | os.PathLike[str] | None = None,
+    client=None,
+    *,
+    mode: str = "auto",
+    partition: str | np.ndarray = "hypergraph",
+    group_size: int | None = None,
+    images: int | None = None,
+    chunks: int | None = None,
+    segment: int | None = None,
+    sync_every: int = 2,
+    dtype: str = "float32",
+    backend: str = "cpu",
+    resident: bool | None = None,
+    keep_layers: int = 2,
+    results: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    messages: str = "compact",
+    explain: bool = False,
+    activations: bool = False,
+    plan_store: str | os.PathLike[str] | None = None,
+) -> InferenceResult:
+    """Run batch inference of a stored network on stored inputs, on a Dask cluster.
+
+    Parameters
+    ----------
+    network
+        A dasknn store (see :mod:`dasknn.store`).
+    inputs
+        A store holding inputs; the network store itself by default.
+    client
+        A ``distributed.Client``; a local cluster is started (and closed) when None.
+    mode
+        ``"data"``, ``"model"`` or ``"hybrid"`` (see the module's description), or ``"auto"``: the mode the
+        cost model (:mod:`dasknn.cost`) predicts fastest among those whose share of the weights fits.
+    partition
+        For model and hybrid modes: a method of :mod:`dasknn.partition`, a ``.npy`` owners file, or an array.
+    group_size
+        Workers per group in hybrid mode (2 by default where the workers divide evenly).
+    images
+        Use only the first ``images`` inputs.
+    chunks
+        Number of image chunks. By default (:func:`default_chunks`) 2 per worker thread in data mode, so chunks
+        pipeline through the layers, 1 per thread of a group in model and hybrid mode; more where a chunk's
+        activations would not fit in a worker's memory.
+    segment
+        Data mode: layers per task (all by default: no exchange is needed between them).
+    sync_every
+        Model mode: layers between alive-mask exchanges that drop dead images.
+    dtype
+        ``"float32"`` or ``"float64"``.
+    backend
+        ``"cpu"`` (NumPy blocks, the Numba kernel) or ``"gpu"`` (CuPy blocks on each worker's GPU, the cuSPARSE
+        kernel; run one worker per GPU, e.g. ``dask_cuda.LocalCUDACluster``). The kernels are chosen by the
+        blocks' array type.
+    resident
+        Hold every layer (data mode) or every layer's share of a part (model and hybrid modes) in each worker's
+        memory (fast when it fits), or stream them from the store as they are needed, at most ``keep_layers``
+        at once with the next read ahead (out of core: the weights never all load). Default: resident when a
+        worker's weights take at most a quarter of its memory. Model mode out of core streams each part's
+        columns from a *part plan* (see ``plan_store``), so each worker reads only its share.
+    keep_layers
+        Layers a streaming worker holds at once (the one computing and the one being read ahead).
+    results
+        A Zarr results store: each chunk's categories are written there by its worker as it finishes.
+    resume
+        Continue the run that wrote ``results``: chunks already written are read back, not recomputed.
+    progress
+        Called as ``progress(done, total)`` as chunks finish.
+    messages
+        Model mode: ``"compact"`` boundary messages (a nonzero bitmap and the nonzero values, or one value when
+        they are all equal, whichever is smallest) or ``"dense"`` rows.
+    activations
+        Also write each chunk's final activations (the surviving images' last rows) into ``results``, chunk by
+        chunk (read them with :func:`dasknn.store.read_activations`).
+    plan_store
+        Model and hybrid modes out of core: where the part plan is kept (each part's blocks of every layer,
+        indexed into the rows it reads, and its exchange lists), written by the workers once per network and
+        partition and reused after. Default: inside the network store, under ``plans/``. On a cluster of
+        several machines it must be a folder every worker can reach.
+    explain
+        Predict every mode's time with the cost model (:mod:`dasknn.cost`), even where ``mode`` is given; the
+        predictions and the calibration are in the result.
+    """
+    if dtype not in ("float32", "float64"):
+        raise DasknnError(f"--dtype must be float32 or float64, not {dtype}")
+    path = str(location(network))  # a local store, or a URL the workers read through fsspec
+    store = open_store(path, check="metadata")  # the workers check every block they read
+    in_path = path if inputs is None else str(location(inputs))
+    batch = open_inputs(in_path)
+    if batch.neurons != store.neurons:
+        raise DasknnError(f"the inputs have {batch.neurons} pixels per image, the network {store.neurons} neurons",
+                          in_path)
+    count = batch.images if images is None else images
+    if not 1 <= count <= batch.images:
+        raise DasknnError(f"--batch must be between 1 and {batch.images} (the stored images), not {count}")
+    if sync_every < 1:
+        raise DasknnError("--sync-every must be at least 1")
+    if activations and results is None:
+        raise DasknnError("--activations needs --results (the store they are written to)")
+    if messages not in ("compact", "dense"):
+        raise DasknnError(f"--messages must be compact or dense, not {messages!r}")
+    if backend not in ("cpu", "gpu"):
+        raise DasknnError(f"backend must be cpu or gpu, not {backend!r}")
+    if client is None:
+        with ensure_client() as c:
+            return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
+                         chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
+                         resident=resident, keep_layers=keep_layers, results=results, resume=resume,
+                         progress=progress, messages=messages, explain=explain, activations=activations,
+                         plan_store=plan_store)
+
+    info = workers_info(client)
+    workers = sorted(info)
+    if not workers:
+        raise DasknnError("the Dask cluster has no workers")
+    import psutil
+
+    # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
+    weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
+    memory = min((w.get("memory_limit") or psutil.virtual_memory().total / len(workers)) for w in info.values())
+    threads = sum(w["nthreads"] for w in info.values())
+    predictions: list = []
+    calibration = None
+    if mode == "auto" or explain:
+        calibration, predictions = predict_modes(client, workers, threads, store, path, in_path, count, dtype, memory,
+                                                 weight_bytes, partition, chunks, sync_every, resident, explain,
+                                                 group_size if mode == "hybrid" else None)
+    if mode == "auto":
+        from ..cost import cheapest
+
+        best = cheapest(predictions)
+        mode, group_size = best.mode, best.group_size
+        if resident is None and best.group_size == 1:
+            resident = best.resident
+    g = check_mode(mode, len(workers), group_size)
+    if resident is None:
+        resident = weight_bytes / g <= WEIGHTS_SHARE * memory
+    if chunks is None:
+        chunks = default_chunks(count, threads, len(workers), g, resident,
+                                lambda width: fits(store, dtype, resident, keep_layers, g, memory, width))
+    bounds = chunk_bounds(count, chunks)
+    done: set[int] = set()
+    if results is not None:
+        results = str(Path(results).resolve())
+        run_desc = {"network": path, "inputs": in_path, "images": count, "dtype": dtype, "chunks": bounds}
+        bounds, done = open_results(results, run_desc, resume, activations)
+    todo = [c for c in range(len(bounds)) if c not in done]
+    job = Job(path=path, in_path=in_path, store=store, dtype=dtype, backend=backend, resident=resident,
+              keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
+              results=results, activations=activations, bounds=bounds, partition=partition, progress=progress,
+              plan_store=None if plan_store is None else str(Path(plan_store).resolve()))
+    check_memory(store, dtype, resident, keep_layers, g, memory,
+                 max(b - a for a, b in bounds))
+
+    # a lost worker loses its blocks and the activations it held: the chunks not finished are run again on the
+    # workers there are then (the finished ones are kept), with the partition redone if their number changed
+    passes: list[Pass] = []
+    recoveries: list[dict] = []
+    finished: dict[int, tuple] = {}
+    remaining = list(todo)
+    while remaining:
+        # after a loss the groups are redone: a hybrid group size the workers left no longer divide is dropped
+        fitting = group_size if group_size and len(workers) % group_size == 0 else None
+        g = check_mode(mode, len(workers), fitting if passes else group_size)
+        try:
+            one = execute(client, job, workers, g, remaining)
+            passes.append(one)
+            finished.update(one.chunks)
+            remaining = []
+        except WorkersLost as lost:
+            passes.append(lost.partial)
+            finished.update(lost.partial.chunks)
+            remaining = [c for c in remaining if c not in finished]
+            if len(recoveries) >= MAX_RECOVERIES:
+                raise DasknnError(f"workers were lost {len(recoveries) + 1} times ({', '.join(lost.lost)}); giving "
+                                  "up: if they ran out of memory, raise --memory-limit, use --stream, more --chunks "
+                                  "or --keep-layers 1; else see the workers' logs") from None
+            t0 = time.perf_counter()
+            workers = await_workers(client, len(workers), AWAIT_WORKERS_SECONDS)
+            if not workers:
+                raise DasknnError("every Dask worker was lost and none came back")
+            recoveries.append({"lost": lost.lost, "chunks_kept": len(finished), "chunks_rerun": len(remaining),
+                               "waited_seconds": round(time.perf_counter() - t0, 3), "workers_now": len(workers)})
+    last = passes[-1] if passes else None
+    plan = last.plan if last else None
+    ids = [finished[c][0] for c in todo]
+    plan_bytes = sum(p.plan_bytes for p in passes)
+    per_layer = sum((p.per_layer for p in passes), np.zeros((store.depth, 3), dtype=np.int64))
+    if done:
+        ids.extend(read_results(results, done).values())
+    cats = np.sort(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64)
+    g = last.group_size if last else check_mode(mode, len(workers), group_size)
+    return InferenceResult(
+        categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
+        seconds=sum(p.seconds for p in passes), workers=len(workers), chunks=len(bounds),
+        mode=mode, group_size=g, load_seconds=sum(p.load_seconds for p in passes),
+        plan_seconds=sum(p.plan_seconds for p in passes),
+        tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),
+        bytes_sent=sum(p.bytes_sent for p in passes), plan_bytes=plan_bytes,
+        dense_message_bytes=per_layer[:, 0].tolist() if plan else [],
+        message_bytes=per_layer[:, 1].tolist() if plan else [],
+        exchange_bytes=per_layer[:, 2].tolist() if plan else [], bytes_read=sum(p.bytes_read for p in passes),
+        resident=resident, computed_chunks=todo, images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
+        predictions=[p.as_dict() for p in predictions],
+        calibration=None if calibration is None else calibration.as_dict(), recoveries=recoveries,
+    )
+
+
+#: Times an inference re-runs its unfinished chunks after losing workers before it gives up.
+MAX_RECOVERIES = 3
+
+
+#: Seconds an inference waits after losing workers for as many to be back (a nanny restarts a killed one).
+AWAIT_WORKERS_SECONDS = 60.0

@@ -1,0 +1,47 @@
+"""Model mode's graph builder: one task per part, layer and chunk, exchanging boundary messages."""
+
+from __future__ import annotations
+
+from ..plan import Outline
+from ..runtime.graph import PinnedGraph, ref
+from .sizing import sync_layers
+from .tasks import categories, first_messages, pick, step
+
+
+def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: list[str], plan: Outline,
+                part_of: dict[str, object], images: list, depth: int, sync_every: int, bias: float, ymax: float,
+                results: tuple | None, compact: bool) -> str:
+    # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures).
+    # One task per part and layer: it computes the layer and packs what others need of it for the next one.
+    parts = len(members)
+    syncs = set(sync_layers(depth, sync_every))
+    with_block = results is not None and results[2]
+    previous: list[str | None] = [None] * parts
+    inbox: dict[int, list[tuple[int, str]]] = {q: [] for q in range(parts)}  # (sender, key) for the coming layer
+    for p in range(parts):
+        for r in plan.receivers(1, p):
+            inbox[r].append((p, graph.add(members[p], f"send-l1-p{p}-to{r}-c{c}",
+                                          (first_messages, part_of[members[p]], images[p], (r,), graph.run,
+                                           compact))))
+    for k in range(1, depth + 1):
+        final, sync = k == depth, k in syncs
+        coming: dict[int, list[tuple[int, str]]] = {q: [] for q in range(parts)}
+        for p in range(parts):
+            # after a sync layer every other part needs this part's mask, with or without rows
+            needs = set() if final else set(plan.receivers(k + 1, p)) | (set(range(parts)) - {p} if sync else set())
+            recipients = tuple(sorted(needs))
+            key = graph.add(members[p], f"spmm-l{k}-p{p}-c{c}", (
+                step, part_of[members[p]], k, (graph.run, c, p), images[p] if k == 1 else None,
+                None if previous[p] is None else ref(previous[p]), bias, ymax, tuple(s for s, _ in inbox[p]),
+                recipients, sync, final, with_block, compact, *(ref(key) for _, key in inbox[p])))
+            previous[p] = key
+            if len(recipients) == 1:
+                coming[recipients[0]].append((p, key))
+            else:
+                for r in recipients:
+                    coming[r].append((p, graph.add(members[p], f"send-l{k + 1}-p{p}-to{r}-c{c}",
+                                                   (pick, ref(key), r))))
+        inbox = coming
+    finals = (plan.neurons, plan.last_outputs) if with_block else None
+    return graph.add(members[0], f"categories-c{c}", (categories, start, count, results, finals,
+                                                      *(ref(key) for key in previous)))

@@ -1,0 +1,193 @@
+"""Sizing a run: memory a worker needs, image chunks, sync layers, and the cost model's calibration on the cluster."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import DasknnError
+from ..partition import layer_volumes
+from .owners import resolve_partition
+
+
+#: Share of a worker's memory limit its weights may take before ``auto`` spreads the layers over more workers.
+WEIGHTS_SHARE = 0.25
+
+
+#: Memory a worker takes before it holds any data: Python, Dask, Zarr, the compiled kernels (measured: a
+#: fresh worker with dasknn loaded uses about 140 MiB).
+WORKER_BASE = 128 << 20
+
+
+#: Share of a worker's memory limit at which Dask pauses it: what a run holds, over what the worker already
+#: uses, must stay below it.
+MEMORY_SHARE = 0.8
+
+
+def chunk_bounds(images: int, chunks: int) -> list[tuple[int, int]]:
+    """Split ``images`` into ``chunks`` contiguous, nearly equal ranges."""
+    edges = np.linspace(0, images, max(1, min(chunks, images)) + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def sync_layers(depth: int, sync_every: int) -> list[int]:
+    """Layers after which model-mode parts exchange alive masks and drop dead images (always the last)."""
+    return sorted(set(range(sync_every, depth + 1, sync_every)) | {depth})
+
+
+def memory_need(store, dtype: str, resident: bool, keep_layers: int, g: int, width: int) -> tuple[float, ...]:
+    # what a worker must hold beside its base: (all of it, the weights, a chunk's activations, the biggest layer)
+    item = np.dtype(dtype).itemsize
+    biggest = max(store.layer_nnz(k) for k in range(1, store.depth + 1)) * (item + 4) + (store.neurons + 1) * 8
+    # resident weights are briefly held twice while they load (decoded arrays, then the kernel's copies):
+    # measured on a 65536 x 8 network, a worker's peak was its weights twice over plus the rest
+    weights = (2 * store.edges * (item + 4) if resident else biggest * keep_layers) / g
+    activations = 3 * store.neurons * width * item  # input, output and a compacted copy of a chunk
+    return weights + 2 * biggest + activations, weights, activations, biggest  # + a layer being decoded
+
+
+def fits(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: float, width: int) -> bool:
+    return WORKER_BASE + memory_need(store, dtype, resident, keep_layers, g, width)[0] <= MEMORY_SHARE * memory
+
+
+def default_chunks(images: int, threads: int, workers: int, g: int, resident: bool,
+                   fits: Callable[[int], bool] | None = None) -> int:
+    """Image chunks when none are asked for.
+
+    Data mode: two per thread held in memory (they pipeline through the segments), one per thread streaming
+    (each chunk reads the network once). Model and hybrid modes: one per thread of a group's workers. A group's
+    parts already work on the same chunk side by side, and every further chunk adds a task per layer and part,
+    which on a small machine costs more than overlapping chunks saves (BENCHMARKS.md, issue 10). Then twice as
+    many, and again, while a chunk of that many images does not ``fits(images)`` in a worker (if one image does).
+    """
+    n = max(1, min((2 * threads if resident else threads) if g == 1 else (workers // g) * max(1, threads // workers),
+                   images))
+    if fits is not None and fits(1):
+        while n < images and not fits(-(-images // n)):
+            n = min(images, 2 * n)
+    return n
+
+
+def check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: float, width: int) -> None:
+    """Refuse, with what to change, a run whose workers cannot hold what they must (instead of Dask pausing,
+    killing and restarting them in a loop)."""
+    if fits(store, dtype, resident, keep_layers, g, memory, width):
+        return
+    need, weights, activations, biggest = memory_need(store, dtype, resident, keep_layers, g, width)
+    mb = 1 << 20
+    if resident:
+        what = f"{'its share of ' if g > 1 else ''}the weights ({weights / 2 / mb:,.0f} MiB, twice while they load)"
+        advice = "use --stream (data mode) or more workers in model mode"
+    else:
+        what = f"{keep_layers} layer(s) of up to {biggest / g / mb:,.0f} MiB each"
+        advice = "use --keep-layers 1" if keep_layers > 1 else "use model mode over more workers"
+    raise DasknnError(
+        f"a worker's memory limit ({memory / mb:,.0f} MiB) is too small: it must hold {what} and a chunk's "
+        f"activations ({activations / mb:,.0f} MiB) beside the {WORKER_BASE / mb:,.0f} MiB a worker needs to run, "
+        f"over {MEMORY_SHARE:.0%} of the limit; raise --memory-limit to at least "
+        f"{(WORKER_BASE + need) / MEMORY_SHARE / mb:,.0f} MiB, {advice}, or use more --chunks")
+
+
+def _noop(x: int) -> int:
+    return x
+
+
+def _make_bytes(nbytes: int) -> np.ndarray:
+    return np.ones(nbytes // 8)
+
+
+def _size(a: np.ndarray) -> int:
+    return int(a.nbytes)
+
+
+def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str, images: int, dtype: str) -> dict:
+    """Rates measured on the cluster: the probe on one worker, task cost, worker-to-worker transfer rate."""
+    from distributed import wait
+
+    figures = client.submit(_probe_task, path, in_path, images, dtype, workers=[workers[0]],
+                            allow_other_workers=False, pure=False).result()
+    # many small tasks in one graph, as the engine submits them: the cost of a task, per thread
+    n = 100 * len(workers)
+    t0 = time.perf_counter()
+    futs = client.map(_noop, range(n), pure=False)
+    wait(futs)
+    figures["task_seconds"] = (time.perf_counter() - t0) * threads / n
+    del futs
+    rate = float("inf")
+    if len(workers) > 1:
+        nbytes = 32 << 20
+        made = client.submit(_make_bytes, nbytes, workers=[workers[0]], pure=False)
+        wait(made)
+        t0 = time.perf_counter()
+        client.submit(_size, made, workers=[workers[1]], allow_other_workers=False, pure=False).result()
+        rate = nbytes / (time.perf_counter() - t0)
+        made.release()
+    figures["transfer_rate"] = rate
+    # the cores of the workers' machines, each machine once: whether a read-ahead thread has a core to itself
+    from distributed.comm import get_address_host
+
+    figures["cores"] = int(sum({get_address_host(w): n for w, n in client.run(os.cpu_count).items()}.values()))
+    return figures
+
+
+def _kernel_rate(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray | None) -> float:
+    # ``workers`` at once, each on the block its mode gives it (model mode: its part, its place in its group)
+    from ..cost import kernel_rate
+
+    g = 1 if owners is None else int(owners.max()) + 1
+    futures = [client.submit(kernel_rate, path, k, dtype, owners, i % g, workers=[w],
+                             allow_other_workers=False, pure=False) for i, w in enumerate(workers)]
+    return float(np.mean(client.gather(futures)))
+
+
+def _probe_task(path: str, in_path: str, images: int, dtype: str) -> dict:
+    from ..cost import probe
+
+    return probe(path, in_path, images, dtype)
+
+
+def predict_modes(client, workers: list[str], threads: int, store, path: str, in_path: str, images: int, dtype: str,
+                  memory: float, weight_bytes: int, partition, chunks: int | None, sync_every: int,
+                  resident: bool | None, everything: bool, group_size: int | None):
+    """The cost model's predictions for data mode and every model/hybrid grouping the workers allow.
+
+    Model and hybrid modes do data mode's multiply-adds plus their exchange, so where data mode holds the
+    weights and has a chunk for every thread, the others are predicted (which partitions the network) only
+    when ``everything`` is asked for.
+    """
+    from ..cost import Calibration, predict
+
+    cal = Calibration(**_calibrate(client, workers, threads, path, in_path, images, dtype))
+    nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=np.int64)
+    itemsize = np.dtype(dtype).itemsize
+
+    middle = max(1, store.depth // 2)
+    solo = _kernel_rate(client, workers[:1], path, dtype, middle, None)
+
+    def one(g: int):
+        res = resident if resident is not None else weight_bytes / g <= WEIGHTS_SHARE * memory
+        n_chunks = chunks or default_chunks(images, threads, len(workers), g, res)
+        volumes = owners = None
+        if g > 1:
+            owners = resolve_partition(path, partition, g)
+            # layer by layer from the store: the client never holds the network
+            volumes = np.array([layer_volumes([store.layer(k)], owners[k - 1:k + 1], parts=g)[0]
+                                for k in range(1, store.depth + 1)], dtype=np.int64)
+        # the probe's rate (one worker, the whole layer), scaled by how this mode's blocks run with every
+        # worker running against how the whole layer runs on one worker alone
+        cal.kernel_rates[g] = cal.kernel_rate * _kernel_rate(
+            client, workers, path, dtype, middle, None if owners is None else owners[middle - 1:middle + 1]) / solo
+        return predict(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
+                       workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
+                       volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE, sync_every=sync_every,
+                       resident=res)
+
+    out = [one(1)]
+    data_suffices = out[0].resident and images >= threads and resident is not False
+    if everything or not data_suffices:
+        sizes = [group_size] if group_size else [g for g in range(2, len(workers) + 1) if len(workers) % g == 0]
+        out.extend(one(g) for g in sizes)
+    return cal, out

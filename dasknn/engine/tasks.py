@@ -1,0 +1,260 @@
+"""Worker-side task functions of inference and their per-process state (streams, held blocks, tallies)."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import kernels
+from ..errors import DasknnError
+from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
+from ..store import (
+    LayerStream,
+    PartStream,
+    ReadAhead,
+    open_inputs,
+    open_store,
+    read_plan_owners,
+    write_chunk_result,
+    write_plan_layer,
+)
+
+
+Block = tuple[np.ndarray, np.ndarray, np.ndarray]  # indptr, indices, data (CSC)
+
+
+def load_all_layers(path: str, dtype: str, backend: str) -> list[Block]:
+    # data mode: the whole network, read by the worker straight from the store
+    store = open_store(path, check="metadata")
+    dev = kernels.to_device
+    return [(dev(w.indptr, backend), dev(w.indices, backend), dev(w.data.astype(dtype), backend))
+            for w in store.iter_layers()]
+
+
+def load_part_layers(path: str, part: list[PartLayer], first_rows: int, dtype: str, backend: str
+                     ) -> list[tuple[PartLayer, Block]]:
+    # model mode: only this part's columns of each layer, indexed into the rows it reads (its previous block,
+    # then the received rows), kept beside the part's plan so the per-layer tasks carry no arrays of their own
+    store = open_store(path, check="metadata")
+    out = []
+    rows = first_rows
+    for k, pl in enumerate(part, start=1):
+        block = local_block(store.layer(k), pl, rows)
+        out.append((pl, tuple(kernels.to_device(a, backend) for a in (block[0], block[1], block[2].astype(dtype)))))
+        rows = pl.outputs.size
+    return out
+
+
+def load_images(path: str, start: int, stop: int, rows: np.ndarray | None, dtype: str, backend: str) -> np.ndarray:
+    block = open_inputs(path).rows(start, stop)
+    yt = kernels.dense_transposed(block, np.dtype(dtype))
+    return kernels.to_device(yt if rows is None else np.ascontiguousarray(yt[rows]), backend)
+
+
+_STREAMS: dict[tuple, ReadAhead] = {}
+
+
+#: Decoded bytes read by the streams this worker process has closed (so the counts survive their closing).
+_CLOSED_BYTES = [0]
+
+
+#: Per worker process: each model-mode part's activations between its layer tasks, by (run, chunk, part), as
+#: ``[layer, block, alive masks of its sync layers so far]``. Only the boundary messages travel through Dask; a
+#: block never leaves its worker, so it needs no key (a key per block cost a scheduler round trip per layer).
+_HELD: dict[tuple[str, int, int], list] = {}
+
+
+def _stream(spec: tuple) -> ReadAhead:
+    # one stream per worker process and spec, so consecutive tasks share its read-ahead:
+    # ("stream", store, dtype, keep): whole layers (data mode); ("part", plan, q, dtype, keep): part q's blocks
+    if spec not in _STREAMS:
+        _STREAMS[spec] = LayerStream(*spec[1:]) if spec[0] == "stream" else PartStream(*spec[1:])
+    return _STREAMS[spec]
+
+
+def stream_bytes(dask_worker) -> int:
+    return int(sum(s.bytes_read for s in _STREAMS.values()) + _CLOSED_BYTES[0])
+
+
+def close_streams(run: str) -> None:
+    # after a run: the layers a stream holds leave the worker's memory, and no stream outlives its plan;
+    # nor does any block of the run's model-mode parts (a failed run leaves some)
+    for held in [h for h in _HELD if h[0] == run]:
+        del _HELD[held]
+    for spec in list(_STREAMS):
+        stream = _STREAMS.pop(spec)
+        _CLOSED_BYTES[0] += stream.bytes_read
+        stream.close()
+
+
+def _part_layer(part: list[tuple[PartLayer, Block]] | tuple, k: int) -> tuple[PartLayer, Block]:
+    # a model-mode part's layer k: held in memory (a list), or read from its part plan as it is needed
+    return part[k - 1] if isinstance(part, list) else _stream(part).layer(k)
+
+
+def write_part_plan_layer(path: str, plan_path: str, k: int, parts: int) -> np.ndarray:
+    # one layer of a part plan: every part's lists and its block, indexed into the rows it will read
+    w = open_store(path, check="lazy").layer(k)  # the client has checked the store's metadata
+    before, after = read_plan_owners(plan_path, k - 1, k + 1)
+    row = plan_layer(w, before, after, parts)
+    blocks = []
+    for q, pl in enumerate(row):
+        own = int(np.count_nonzero(before == q))  # the rows of the part's previous block
+        indptr, indices, data = local_block(w, pl, own)
+        blocks.append(sp.csc_matrix((data, indices, indptr), shape=(own + received_rows(pl), pl.outputs.size)))
+    write_plan_layer(plan_path, k, row, blocks)
+    return layer_counts(row)
+
+
+def run_segment(weights: list[Block] | tuple, yt: np.ndarray, ids: np.ndarray | int, first: int, last: int,
+                bias: float, ymax: float, final: bool, results: tuple | None = None):
+    # weights: resident blocks, or ("stream", path, dtype, keep) to read the layers from the store as needed
+    # ids: the images' original indices, or (first segment) the chunk's first index
+    ids = np.arange(ids, ids + yt.shape[1]) if isinstance(ids, int) else ids
+    layers = weights[first - 1:last] if isinstance(weights, list) else _stream(weights).layers(first, last)
+    yt, ids = kernels.run_layers(yt, layers, bias, ymax, ids)
+    if not final:
+        return yt, ids
+    if results is not None:
+        # written by the worker: a stopped run resumes from here
+        path, c, with_activations = results
+        write_chunk_result(path, c, ids, _rows_of(yt) if with_activations else None)
+    return ids
+
+
+def _rows_of(yt):
+    # final activations (neurons x images, dense, maybe on a GPU) as sparse rows, one per image
+    return sp.csr_matrix(kernels.to_host(yt).T)
+
+
+def segment_state(state, part: int):
+    return state[part]
+
+
+def _dropped(masks: list[np.ndarray] | None) -> np.ndarray | None:
+    # the images to keep when some died since the last compaction; None when none did (nothing to copy)
+    if not masks:
+        return None
+    keep = _keep(masks)
+    return None if keep.all() else keep
+
+
+def _keep(masks: list[np.ndarray]) -> np.ndarray:
+    keep = masks[0].copy()
+    for m in masks[1:]:
+        keep |= m
+    return keep
+
+
+#: Per worker process and run: bytes of the boundary messages built, per layer, as [dense rows, sent].
+_MESSAGES: dict[str, dict[int, list[int]]] = {}
+
+
+def message_tally(run: str) -> dict[int, list[int]]:
+    return _MESSAGES.pop(run, {})
+
+
+def step(part: list[tuple[PartLayer, Block]] | tuple, k: int, held: tuple[str, int, int], images, after,
+         bias: float, ymax: float, others: tuple[int, ...], recipients: tuple[int, ...], sync: bool, final: bool,
+         with_block: bool, compact: bool, *inbox: tuple) -> tuple:
+    """Part ``held[2]``'s layer ``k`` of one chunk, and what it sends for layer ``k + 1``.
+
+    The block comes from ``images`` (layer 1) or from what this worker holds (``after``, this part's previous step,
+    orders the tasks). ``inbox`` holds the outputs of parts ``others`` for the previous layer, each
+    ``(alive mask or None, {part: message})``: their rows this part reads, and, after a sync layer, their masks.
+    Returns ``(mask or None, {recipient: message})``, or, after the last layer, ``(masks, block or None)``.
+    """
+    run, _, q = held
+    if k == 1:
+        block, masks = images, []
+    else:
+        state = _HELD.pop(held, None)
+        if state is None or state[0] != k - 1:
+            raise DasknnError(f"model mode: part {q} expected its layer {k - 1} on this worker, found "
+                              f"{'none' if state is None else state[0]} (a task ran twice or out of order)")
+        _, block, masks = state
+    pl, (indptr, indices, data) = _part_layer(part, k)
+    keep = None
+    if k > 1 and inbox and inbox[0][0] is not None:
+        # the previous layer was a sync layer: every part compacts by the union of all parts' masks
+        keep = _dropped([masks[-1]] + [mask for mask, _ in inbox])
+    if keep is not None:
+        block = block[:, keep]
+    # the received rows, stacked by sender, are read in place beside the block: nothing else is copied
+    recv = kernels.empty_like_kind(block, (received_rows(pl), block.shape[1]))
+    at = 0
+    for p, (_, messages) in zip(others, inbox):
+        if p not in pl.recv:
+            continue
+        n = pl.recv[p].size
+        if keep is None:
+            kernels.unpack_rows(messages[q], recv[at:at + n])
+        else:
+            # sent before the masks were known: unpack whole, keep the live images
+            whole = kernels.empty_like_kind(block, (n, keep.size))
+            kernels.unpack_rows(messages[q], whole)
+            recv[at:at + n] = whole[:, keep]
+        at += n
+    block = kernels.layer_step(block, indptr, indices, data, bias, ymax, extra=recv)
+    if sync:
+        masks = masks + [kernels.alive(block)]
+    if final:
+        return masks, block if with_block else None
+    _HELD[held] = [k, block, masks]
+    return (masks[-1] if sync else None), _pack(part, k + 1, block, recipients, run, compact)
+
+
+def _pack(part: list[tuple[PartLayer, Block]] | tuple, k: int, block, recipients: tuple[int, ...], run: str,
+          compact: bool) -> dict[int, tuple]:
+    # the messages for layer k: the rows of the part's block (its activations after layer k - 1) each recipient
+    # reads, in their smallest form
+    out = {}
+    if not recipients:
+        return out
+    send = _part_layer(part, k)[0].send
+    tally = _MESSAGES.setdefault(run, {}).setdefault(k, [0, 0])
+    for r in recipients:
+        if r in send:
+            out[r] = kernels.pack_rows(block, send[r], None, compact)
+            tally[0] += send[r].size * block.shape[1] * block.dtype.itemsize
+            tally[1] += kernels.message_bytes(out[r])
+    return out
+
+
+def first_messages(part: list[tuple[PartLayer, Block]] | tuple, images, recipients: tuple[int, ...], run: str,
+                   compact: bool) -> tuple:
+    # what the part's input pixels send for layer 1 (a step's output, without a mask)
+    return None, _pack(part, 1, images, recipients, run, compact)
+
+
+def pick(output: tuple, q: int) -> tuple:
+    # one recipient's share of a step's output (its message, and the mask)
+    mask, messages = output
+    return mask, {q: messages[q]} if q in messages else {}
+
+
+def categories(start: int, count: int, results: tuple | None, finals: tuple | None, *outs: tuple
+               ) -> tuple[np.ndarray, list[int]]:
+    # outs: each part's last step, (its alive masks at every sync layer, its last block or None); replaying the
+    # compactions round by round gives the surviving images' indices
+    ids = np.arange(start, start + count)
+    alive = []
+    rounds = list(zip(*(masks for masks, _ in outs)))
+    for masks in rounds:
+        ids = ids[_keep(list(masks))]
+        alive.append(int(ids.size))
+    if results is not None:
+        path, c, with_activations = results
+        rows = None
+        if with_activations:
+            # finals: (neurons, each part's output neurons); the last round's masks say which of the blocks'
+            # images survive
+            neurons, outputs = finals
+            keep = _keep(list(rounds[-1]))
+            blocks = [block for _, block in outs]
+            yt = np.zeros((neurons, int(keep.sum())), dtype=kernels.to_host(blocks[0]).dtype)
+            for out, block in zip(outputs, blocks):
+                yt[out] = kernels.to_host(block)[:, keep]
+            rows = _rows_of(yt)
+        write_chunk_result(path, c, ids, rows)
+    return ids, alive
