@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from ..runtime.graph import PinnedGraph, ref
-from .tasks import run_segment, segment_state
+from .tasks import LayerStreamSpec, ResultSpec, run_segment, segment_state
 
 
-def data_chunk(graph: PinnedGraph, c: int, start: int, w: str, weights, images, depth: int, segment: int, bias: float,
-               ymax: float, results: tuple | None) -> str:
+def data_chunk(graph: PinnedGraph, c: int, start: int, w: str, weights: list | LayerStreamSpec, images, depth: int,
+               segment: int, bias: float, ymax: float, results: ResultSpec | None) -> str:
+    """Chunk ``c``'s tasks on worker ``w``: one per segment of ``segment`` layers; the last one's key."""
     key = ""
     for first in range(1, depth + 1, segment):
         last = min(depth, first + segment - 1)

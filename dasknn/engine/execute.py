@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
-from ..plan import Outline, build_plan
+from ..plan import Outline, Plan, build_plan
 from ..runtime.graph import PinnedGraph
 from ..runtime.metrics import bytes_sent, exchange_log_pop, install_exchange_log
 from ..runtime.recovery import WorkersLost, watch
@@ -22,6 +22,9 @@ from .model_mode import model_chunk
 from .owners import resolve_partition
 from .sizing import sync_layers
 from .tasks import (
+    LayerStreamSpec,
+    PartStreamSpec,
+    ResultSpec,
     close_streams,
     load_all_layers,
     load_images,
@@ -71,83 +74,124 @@ class Pass:
     per_layer: np.ndarray | None = None
 
 
+@dataclass
+class _Layout:
+    """Where one pass puts things: its groups of workers, each chunk's group, and each worker's layers."""
+
+    run: str
+    groups: list[list[str]]
+    plan: Plan | None = None  # model mode, resident: every part's blocks and lists
+    outline: Outline | None = None  # model mode: the exchange lists' sizes (from the plan or the part plan)
+    #: worker -> its part's layers: a future of them in memory, or the spec of a stream
+    part_of: dict[str, object] = field(default_factory=dict)
+
+    def members(self, i: int) -> list[str]:
+        """The workers of the ``i``-th chunk to run: chunks go round the groups."""
+        return self.groups[i % len(self.groups)]
+
+    def solo(self, i: int) -> str:
+        """Data mode: the one worker of its group that runs the ``i``-th chunk."""
+        members = self.members(i)
+        return members[(i // len(self.groups)) % len(members)]
+
+
 def execute(client, job: Job, workers: list[str], g: int, todo: list[int]) -> Pass:
     """Load and run chunks ``todo`` on ``workers`` in groups of ``g``; raise :class:`WorkersLost` with the chunks
     that finished if a worker leaves."""
-    store, path, dtype, backend, resident = job.store, job.path, job.dtype, job.backend, job.resident
-    bounds, depth = job.bounds, store.depth
-    groups = [workers[i:i + g] for i in range(0, len(workers), g)]
-    run = uuid.uuid4().hex[:8]
-    out = Pass(group_size=g, per_layer=np.zeros((depth, 3), dtype=np.int64))
-    plan = outline = None
-    part_of: dict[str, object] = {}  # worker -> its part's layers: a future of them in memory, or a stream spec
-    if g > 1:
-        owners = resolve_partition(path, job.partition, g)
-        if resident:
-            plan = build_plan(store.network().layers, owners)
-            outline = plan.outline()
-        else:
-            # out of core: each part streams its own columns from a part plan, made once per partition
-            t0 = time.perf_counter()
-            try:
-                plan_path, outline = _part_plan(client, job, owners, workers, run)
-            except WorkersLost as lost:
-                raise WorkersLost(lost.lost, out) from None
-            out.plan_seconds = time.perf_counter() - t0
-            for members in groups:
-                part_of.update({w: ("part", plan_path, q, dtype, job.keep_layers) for q, w in enumerate(members)})
-        install_exchange_log(client)
-    out.plan = outline
+    layout = _Layout(run=uuid.uuid4().hex[:8], groups=[workers[i:i + g] for i in range(0, len(workers), g)])
+    out = Pass(group_size=g, per_layer=np.zeros((job.store.depth, 3), dtype=np.int64))
+    try:
+        if g > 1:
+            _partition(client, job, workers, layout, out)
+        # phase 1, untimed: weights and inputs into the workers' memory
+        loaded, images = _load(client, job, workers, layout, todo, out)
+        # phase 2, timed: the inference graph, referring to the loaded blocks by their futures
+        _run(client, job, workers, layout, todo, loaded, images, out)
+    except WorkersLost as lost:
+        raise WorkersLost(lost.lost, out) from None
+    if layout.outline is not None:
+        out.plan_bytes = _plan_bytes(job, layout.outline, out)
+    return out
 
-    # phase 1, untimed: weights and inputs into the workers' memory
+
+def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass) -> None:
+    # model and hybrid modes: the plan, and each part's layers held in memory or streamed from a part plan
+    owners = resolve_partition(job.path, job.partition, len(layout.groups[0]))
+    if job.resident:
+        layout.plan = build_plan(job.store.network().layers, owners)
+        layout.outline = layout.plan.outline()
+    else:
+        # out of core: each part streams its own columns from a part plan, made once per partition
+        t0 = time.perf_counter()
+        plan_path, layout.outline = _part_plan(client, job, owners, workers, layout.run)
+        out.plan_seconds = time.perf_counter() - t0
+        for members in layout.groups:
+            layout.part_of.update({w: PartStreamSpec(plan_path, q, job.dtype, job.keep_layers)
+                                   for q, w in enumerate(members)})
+    install_exchange_log(client)
+    out.plan = layout.outline
+
+
+def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int], out: Pass
+          ) -> tuple[dict[str, object], dict[tuple[int, int], str]]:
+    # the load graph: each worker's weights (resident) and each chunk's inputs (each part's rows in model mode);
+    # returns the futures by key and the image keys by (chunk, part)
     t0 = time.perf_counter()
-    load = PinnedGraph(run)
+    path, dtype, backend, plan, outline = job.path, job.dtype, job.backend, layout.plan, layout.outline
+    load = PinnedGraph(layout.run)
     weight_keys: dict[str, str] = {}
     image_keys: dict[tuple[int, int], str] = {}
-    chunk_group = {c: i % len(groups) for i, c in enumerate(todo)}
-    for gi, members in enumerate(groups):
+    for gi, members in enumerate(layout.groups):
         for q, w in enumerate(members):
-            if outline is None and resident:
+            if outline is None and job.resident:
                 weight_keys[w] = load.add(w, f"weights-w{workers.index(w)}", (load_all_layers, path, dtype, backend))
             elif plan is not None:
                 weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (load_part_layers, path, plan.part(q),
                                                                      plan.inputs_owned[q].size, dtype, backend))
     for i, c in enumerate(todo):
-        a, b = bounds[c]
-        members = groups[chunk_group[c]]
+        a, b = job.bounds[c]
         if outline is None:
-            w = members[(i // len(groups)) % len(members)]
-            image_keys[(c, 0)] = load.add(w, f"images-c{c}", (load_images, job.in_path, a, b, None, dtype, backend))
+            image_keys[(c, 0)] = load.add(layout.solo(i), f"images-c{c}",
+                                          (load_images, job.in_path, a, b, None, dtype, backend))
         else:
-            for q, w in enumerate(members):
+            for q, w in enumerate(layout.members(i)):
                 image_keys[(c, q)] = load.add(w, f"images-p{q}-c{c}", (load_images, job.in_path, a, b,
                                                                        outline.inputs_owned[q], dtype, backend))
     keys = list(weight_keys.values()) + list(image_keys.values())
     loaded = dict(zip(keys, load.submit(client, keys)))
-    try:
-        watch(client, list(loaded.values()), workers)
-    except WorkersLost as lost:
-        raise WorkersLost(lost.lost, out) from None
+    watch(client, list(loaded.values()), workers)
     out.load_seconds = time.perf_counter() - t0
-    part_of.update({w: loaded[key] for w, key in weight_keys.items()})
+    layout.part_of.update({w: loaded[key] for w, key in weight_keys.items()})
+    return loaded, image_keys
 
-    # phase 2, timed: the inference graph, referring to the loaded blocks by their futures
-    graph = PinnedGraph(run)
+
+def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object],
+           image_keys: dict[tuple[int, int], str]) -> tuple[PinnedGraph, dict[str, int]]:
+    # every chunk's tasks, by its mode's builder; returns the graph and each chunk's result key
+    store, outline = job.store, layout.outline
+    graph = PinnedGraph(layout.run)
     result_keys: dict[str, int] = {}
     for i, c in enumerate(todo):
-        a, b = bounds[c]
-        members = groups[chunk_group[c]]
-        res = None if job.results is None else (job.results, c, job.activations)
+        a, b = job.bounds[c]
+        res = None if job.results is None else ResultSpec(job.results, c, job.activations)
         if outline is None:
-            w = members[(i // len(groups)) % len(members)]
-            weights = part_of[w] if resident else ("stream", path, dtype, job.keep_layers)
-            key = data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]], depth, job.segment or depth,
-                             store.bias, store.ymax, res)
+            w = layout.solo(i)
+            weights = layout.part_of[w] if job.resident else LayerStreamSpec(job.path, job.dtype, job.keep_layers)
+            key = data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]], store.depth,
+                             job.segment or store.depth, store.bias, store.ymax, res)
         else:
-            key = model_chunk(graph, c, a, b - a, members, outline, part_of,
-                              [loaded[image_keys[(c, q)]] for q in range(len(members))], depth, job.sync_every,
-                              store.bias, store.ymax, res, job.compact)
+            members = layout.members(i)
+            key = model_chunk(graph, c, a, b - a, members, outline, layout.part_of,
+                              [loaded[image_keys[(c, q)]] for q in range(len(members))], store.depth,
+                              job.sync_every, store.bias, store.ymax, res, job.compact)
         result_keys[key] = c
+    return graph, result_keys
+
+
+def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int], loaded: dict[str, object],
+         image_keys: dict[tuple[int, int], str], out: Pass) -> None:
+    # submit the graph, collect the chunks as they finish, then what the workers measured
+    graph, result_keys = _graph(job, layout, todo, loaded, image_keys)
     out.tasks = len(graph)
     read_before = client.run(stream_bytes)
     sent_before = client.run(bytes_sent)
@@ -156,45 +200,51 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int]) -> Pa
 
     def finish(fut) -> None:
         value = fut.result()
-        out.chunks[result_keys[fut.key]] = (value, []) if outline is None else value
+        out.chunks[result_keys[fut.key]] = (value, []) if layout.outline is None else value
         if job.progress is not None:
             job.progress(len(out.chunks), len(futures))
 
     try:
         watch(client, futures, workers, finish)
-    except WorkersLost as lost:
+    except WorkersLost:
         out.seconds = time.perf_counter() - t0
-        raise WorkersLost(lost.lost, out) from None
+        raise
     finally:
         for f in list(loaded.values()) + futures:
             f.release()  # the blocks leave the workers' memory
-        client.run(close_streams, run)  # and the streamed layers
+        client.run(close_streams, layout.run)  # and the streamed layers
     out.seconds = time.perf_counter() - t0
-    sent_after = client.run(bytes_sent)
-    out.bytes_sent = sum(sent_after[w] - sent_before.get(w, 0) for w in sent_after)
-    if outline is not None:
-        for k, nbytes in client.run_on_scheduler(exchange_log_pop, run=run).items():
-            if k <= depth:  # (the last layer's blocks go to the categories task, not to a part)
+    out.bytes_sent = _grown(sent_before, client.run(bytes_sent))
+    if layout.outline is not None:
+        for k, nbytes in client.run_on_scheduler(exchange_log_pop, run=layout.run).items():
+            if k <= job.store.depth:  # (the last layer's blocks go to the categories task, not to a part)
                 out.per_layer[k - 1, 2] += nbytes
-    for tally in client.run(message_tally, run).values():
+    for tally in client.run(message_tally, layout.run).values():
         for k, (dense, sent) in tally.items():
             out.per_layer[k - 1, :2] += (dense, sent)
-    read_after = client.run(stream_bytes)
-    out.bytes_read = sum(read_after[w] - read_before.get(w, 0) for w in read_after)
-    if outline is not None:
-        # what the plan says crosses: each layer's volume x the images its messages carry x the item size. The
-        # messages for layer k are packed as layer k - 1 ends, before the parts' masks of a sync layer k - 1
-        # meet, so the images that layer kills ride along once more
-        itemsize = np.dtype(dtype).itemsize
-        syncs = set(sync_layers(depth, job.sync_every))
-        for c, (_, alive) in out.chunks.items():
-            width = bounds[c][1] - bounds[c][0]
-            rounds = iter(alive)
-            for k in range(1, depth + 1):
-                out.plan_bytes += outline.volume(k) * width * itemsize
-                if k - 1 in syncs:
-                    width = next(rounds)
-    return out
+    out.bytes_read = _grown(read_before, client.run(stream_bytes))
+
+
+def _grown(before: dict[str, int], after: dict[str, int]) -> int:
+    # a per-worker counter's growth over the workers there are now (a restarted worker counts from zero)
+    return sum(after[w] - before.get(w, 0) for w in after)
+
+
+def _plan_bytes(job: Job, outline: Outline, out: Pass) -> int:
+    # what the plan says crosses: each layer's volume x the images its messages carry x the item size. The
+    # messages for layer k are packed as layer k - 1 ends, before the parts' masks of a sync layer k - 1
+    # meet, so the images that layer kills ride along once more
+    depth, total = job.store.depth, 0
+    itemsize = np.dtype(job.dtype).itemsize
+    syncs = set(sync_layers(depth, job.sync_every))
+    for c, (_, alive) in out.chunks.items():
+        width = job.bounds[c][1] - job.bounds[c][0]
+        rounds = iter(alive)
+        for k in range(1, depth + 1):
+            total += outline.volume(k) * width * itemsize
+            if k - 1 in syncs:
+                width = next(rounds)
+    return total
 
 
 def _part_plan(client, job: Job, owners: np.ndarray, workers: list[str], run: str) -> tuple[str, Outline]:

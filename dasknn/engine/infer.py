@@ -148,6 +148,57 @@ def infer(
         Predict every mode's time with the cost model (:mod:`dasknn.cost`), even where ``mode`` is given; the
         predictions and the calibration are in the result.
     """
+    path, store, in_path, count = _checked(network, inputs, images, dtype, sync_every, activations, results,
+                                           messages, backend)
+    if client is None:
+        with ensure_client() as c:
+            return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
+                         chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
+                         resident=resident, keep_layers=keep_layers, results=results, resume=resume,
+                         progress=progress, messages=messages, explain=explain, activations=activations,
+                         plan_store=plan_store)
+
+    workers, threads, memory = _cluster(client)
+    # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
+    weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
+    predictions: list = []
+    calibration = None
+    if mode == "auto" or explain:
+        calibration, predictions = predict_modes(client, workers, threads, store, path, in_path, count, dtype,
+                                                 memory, weight_bytes, partition, chunks, sync_every, resident,
+                                                 explain, group_size if mode == "hybrid" else None)
+    if mode == "auto":
+        from ..cost import cheapest
+
+        best = cheapest(predictions)
+        mode, group_size = best.mode, best.group_size
+        if resident is None and best.group_size == 1:
+            resident = best.resident
+    g = check_mode(mode, len(workers), group_size)
+    if resident is None:
+        resident = weight_bytes / g <= WEIGHTS_SHARE * memory
+    if chunks is None:
+        chunks = default_chunks(count, threads, len(workers), g, resident,
+                                lambda width: fits(store, dtype, resident, keep_layers, g, memory, width))
+    bounds = chunk_bounds(count, chunks)
+    done: set[int] = set()
+    if results is not None:
+        results = str(Path(results).resolve())
+        run_desc = {"network": path, "inputs": in_path, "images": count, "dtype": dtype, "chunks": bounds}
+        bounds, done = open_results(results, run_desc, resume, activations)
+    job = Job(path=path, in_path=in_path, store=store, dtype=dtype, backend=backend, resident=resident,
+              keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
+              results=results, activations=activations, bounds=bounds, partition=partition, progress=progress,
+              plan_store=None if plan_store is None else str(Path(plan_store).resolve()))
+    check_memory(store, dtype, resident, keep_layers, g, memory, max(b - a for a, b in bounds))
+    todo = [c for c in range(len(bounds)) if c not in done]
+    runs = _run_recovering(client, job, workers, mode, group_size, todo)
+    return _result(job, runs, mode, group_size, count, todo, done, predictions, calibration)
+
+
+def _checked(network, inputs, images: int | None, dtype: str, sync_every: int, activations: bool, results,
+             messages: str, backend: str) -> tuple:
+    # the arguments checked before any cluster is asked: (network path, its store, inputs path, images)
     if dtype not in ("float32", "float64"):
         raise DasknnError(f"--dtype must be float32 or float64, not {dtype}")
     path = str(location(network))  # a local store, or a URL the workers read through fsspec
@@ -168,108 +219,93 @@ def infer(
         raise DasknnError(f"--messages must be compact or dense, not {messages!r}")
     if backend not in ("cpu", "gpu"):
         raise DasknnError(f"backend must be cpu or gpu, not {backend!r}")
-    if client is None:
-        with ensure_client() as c:
-            return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
-                         chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
-                         resident=resident, keep_layers=keep_layers, results=results, resume=resume,
-                         progress=progress, messages=messages, explain=explain, activations=activations,
-                         plan_store=plan_store)
+    return path, store, in_path, count
+
+
+def _cluster(client) -> tuple[list[str], int, float]:
+    # the workers (sorted), their threads, and the smallest memory limit among them
+    import psutil
 
     info = workers_info(client)
     workers = sorted(info)
     if not workers:
         raise DasknnError("the Dask cluster has no workers")
-    import psutil
-
-    # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
-    weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
     memory = min((w.get("memory_limit") or psutil.virtual_memory().total / len(workers)) for w in info.values())
     threads = sum(w["nthreads"] for w in info.values())
-    predictions: list = []
-    calibration = None
-    if mode == "auto" or explain:
-        calibration, predictions = predict_modes(client, workers, threads, store, path, in_path, count, dtype, memory,
-                                                 weight_bytes, partition, chunks, sync_every, resident, explain,
-                                                 group_size if mode == "hybrid" else None)
-    if mode == "auto":
-        from ..cost import cheapest
+    return workers, threads, memory
 
-        best = cheapest(predictions)
-        mode, group_size = best.mode, best.group_size
-        if resident is None and best.group_size == 1:
-            resident = best.resident
-    g = check_mode(mode, len(workers), group_size)
-    if resident is None:
-        resident = weight_bytes / g <= WEIGHTS_SHARE * memory
-    if chunks is None:
-        chunks = default_chunks(count, threads, len(workers), g, resident,
-                                lambda width: fits(store, dtype, resident, keep_layers, g, memory, width))
-    bounds = chunk_bounds(count, chunks)
-    done: set[int] = set()
-    if results is not None:
-        results = str(Path(results).resolve())
-        run_desc = {"network": path, "inputs": in_path, "images": count, "dtype": dtype, "chunks": bounds}
-        bounds, done = open_results(results, run_desc, resume, activations)
-    todo = [c for c in range(len(bounds)) if c not in done]
-    job = Job(path=path, in_path=in_path, store=store, dtype=dtype, backend=backend, resident=resident,
-              keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
-              results=results, activations=activations, bounds=bounds, partition=partition, progress=progress,
-              plan_store=None if plan_store is None else str(Path(plan_store).resolve()))
-    check_memory(store, dtype, resident, keep_layers, g, memory,
-                 max(b - a for a, b in bounds))
 
-    # a lost worker loses its blocks and the activations it held: the chunks not finished are run again on the
-    # workers there are then (the finished ones are kept), with the partition redone if their number changed
-    passes: list[Pass] = []
-    recoveries: list[dict] = []
-    finished: dict[int, tuple] = {}
+@dataclass
+class _Runs:
+    """The passes of one inference and the losses of workers it survived."""
+
+    passes: list[Pass] = field(default_factory=list)
+    recoveries: list[dict] = field(default_factory=list)
+    finished: dict[int, tuple] = field(default_factory=dict)
+    workers: list[str] = field(default_factory=list)
+
+
+def _run_recovering(client, job: Job, workers: list[str], mode: str, group_size: int | None,
+                    todo: list[int]) -> _Runs:
+    # inference's recovery policy: a lost worker loses its blocks and the activations it held, so the chunks not
+    # finished are run again on the workers there are then (the finished ones are kept), with the partition
+    # redone if their number changed; at most MAX_RECOVERIES times
+    runs = _Runs(workers=workers)
     remaining = list(todo)
     while remaining:
         # after a loss the groups are redone: a hybrid group size the workers left no longer divide is dropped
-        fitting = group_size if group_size and len(workers) % group_size == 0 else None
-        g = check_mode(mode, len(workers), fitting if passes else group_size)
+        fitting = group_size if group_size and len(runs.workers) % group_size == 0 else None
+        g = check_mode(mode, len(runs.workers), fitting if runs.passes else group_size)
         try:
-            one = execute(client, job, workers, g, remaining)
-            passes.append(one)
-            finished.update(one.chunks)
+            one = execute(client, job, runs.workers, g, remaining)
+            runs.passes.append(one)
+            runs.finished.update(one.chunks)
             remaining = []
         except WorkersLost as lost:
-            passes.append(lost.partial)
-            finished.update(lost.partial.chunks)
-            remaining = [c for c in remaining if c not in finished]
-            if len(recoveries) >= MAX_RECOVERIES:
-                raise DasknnError(f"workers were lost {len(recoveries) + 1} times ({', '.join(lost.lost)}); giving "
-                                  "up: if they ran out of memory, raise --memory-limit, use --stream, more --chunks "
-                                  "or --keep-layers 1; else see the workers' logs") from None
+            runs.passes.append(lost.partial)
+            runs.finished.update(lost.partial.chunks)
+            remaining = [c for c in remaining if c not in runs.finished]
+            if len(runs.recoveries) >= MAX_RECOVERIES:
+                raise DasknnError(f"workers were lost {len(runs.recoveries) + 1} times ({', '.join(lost.lost)}); "
+                                  "giving up: if they ran out of memory, raise --memory-limit, use --stream, more "
+                                  "--chunks or --keep-layers 1; else see the workers' logs") from None
             t0 = time.perf_counter()
-            workers = await_workers(client, len(workers), AWAIT_WORKERS_SECONDS)
-            if not workers:
+            runs.workers = await_workers(client, len(runs.workers), AWAIT_WORKERS_SECONDS)
+            if not runs.workers:
                 raise DasknnError("every Dask worker was lost and none came back")
-            recoveries.append({"lost": lost.lost, "chunks_kept": len(finished), "chunks_rerun": len(remaining),
-                               "waited_seconds": round(time.perf_counter() - t0, 3), "workers_now": len(workers)})
+            waited = round(time.perf_counter() - t0, 3)
+            runs.recoveries.append({"lost": lost.lost, "chunks_kept": len(runs.finished),
+                                    "chunks_rerun": len(remaining), "waited_seconds": waited,
+                                    "workers_now": len(runs.workers)})
+    return runs
+
+
+def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int, todo: list[int], done: set[int],
+            predictions: list, calibration) -> InferenceResult:
+    # the passes' figures summed, the categories of the chunks run and of those read back
+    store, passes, bounds = job.store, runs.passes, job.bounds
     last = passes[-1] if passes else None
     plan = last.plan if last else None
-    ids = [finished[c][0] for c in todo]
-    plan_bytes = sum(p.plan_bytes for p in passes)
+    ids = [runs.finished[c][0] for c in todo]
     per_layer = sum((p.per_layer for p in passes), np.zeros((store.depth, 3), dtype=np.int64))
     if done:
-        ids.extend(read_results(results, done).values())
+        ids.extend(read_results(job.results, done).values())
     cats = np.sort(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64)
-    g = last.group_size if last else check_mode(mode, len(workers), group_size)
+    g = last.group_size if last else check_mode(mode, len(runs.workers), group_size)
     return InferenceResult(
         categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
-        seconds=sum(p.seconds for p in passes), workers=len(workers), chunks=len(bounds),
+        seconds=sum(p.seconds for p in passes), workers=len(runs.workers), chunks=len(bounds),
         mode=mode, group_size=g, load_seconds=sum(p.load_seconds for p in passes),
         plan_seconds=sum(p.plan_seconds for p in passes),
         tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),
-        bytes_sent=sum(p.bytes_sent for p in passes), plan_bytes=plan_bytes,
+        bytes_sent=sum(p.bytes_sent for p in passes), plan_bytes=sum(p.plan_bytes for p in passes),
         dense_message_bytes=per_layer[:, 0].tolist() if plan else [],
         message_bytes=per_layer[:, 1].tolist() if plan else [],
         exchange_bytes=per_layer[:, 2].tolist() if plan else [], bytes_read=sum(p.bytes_read for p in passes),
-        resident=resident, computed_chunks=todo, images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
+        resident=job.resident, computed_chunks=todo,
+        images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
         predictions=[p.as_dict() for p in predictions],
-        calibration=None if calibration is None else calibration.as_dict(), recoveries=recoveries,
+        calibration=None if calibration is None else calibration.as_dict(), recoveries=runs.recoveries,
     )
 
 

@@ -5,17 +5,19 @@ from __future__ import annotations
 from ..plan import Outline
 from ..runtime.graph import PinnedGraph, ref
 from .sizing import sync_layers
-from .tasks import categories, first_messages, pick, step
+from .tasks import ResultSpec, StepSpec, categories, first_messages, pick, step
 
 
 def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: list[str], plan: Outline,
                 part_of: dict[str, object], images: list, depth: int, sync_every: int, bias: float, ymax: float,
-                results: tuple | None, compact: bool) -> str:
+                results: ResultSpec | None, compact: bool) -> str:
+    """Chunk ``c``'s tasks (images ``start`` to ``start + count``) on the parts ``members``; the key of its
+    ``categories-c{c}`` task."""
     # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures).
     # One task per part and layer: it computes the layer and packs what others need of it for the next one.
     parts = len(members)
     syncs = set(sync_layers(depth, sync_every))
-    with_block = results is not None and results[2]
+    with_block = results is not None and results.activations
     previous: list[str | None] = [None] * parts
     inbox: dict[int, list[tuple[int, str]]] = {q: [] for q in range(parts)}  # (sender, key) for the coming layer
     for p in range(parts):
@@ -30,10 +32,11 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
             # after a sync layer every other part needs this part's mask, with or without rows
             needs = set() if final else set(plan.receivers(k + 1, p)) | (set(range(parts)) - {p} if sync else set())
             recipients = tuple(sorted(needs))
+            spec = StepSpec(k=k, held=(graph.run, c, p), bias=bias, ymax=ymax, others=tuple(s for s, _ in inbox[p]),
+                            recipients=recipients, sync=sync, final=final, with_block=with_block, compact=compact)
             key = graph.add(members[p], f"spmm-l{k}-p{p}-c{c}", (
-                step, part_of[members[p]], k, (graph.run, c, p), images[p] if k == 1 else None,
-                None if previous[p] is None else ref(previous[p]), bias, ymax, tuple(s for s, _ in inbox[p]),
-                recipients, sync, final, with_block, compact, *(ref(key) for _, key in inbox[p])))
+                step, part_of[members[p]], spec, images[p] if k == 1 else None,
+                None if previous[p] is None else ref(previous[p]), *(ref(key) for _, key in inbox[p])))
             previous[p] = key
             if len(recipients) == 1:
                 coming[recipients[0]].append((p, key))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -21,6 +23,59 @@ from ..store import (
 
 
 Block = tuple[np.ndarray, np.ndarray, np.ndarray]  # indptr, indices, data (CSC)
+
+
+@dataclass(frozen=True)
+class LayerStreamSpec:
+    """Data mode out of core: stream whole layers of the store at ``path`` as ``dtype``, ``keep`` at once."""
+
+    path: str
+    dtype: str
+    keep: int
+
+
+@dataclass(frozen=True)
+class PartStreamSpec:
+    """Model mode out of core: stream part ``part``'s blocks from the part plan at ``plan``, ``keep`` at once."""
+
+    plan: str
+    part: int
+    dtype: str
+    keep: int
+
+
+#: A stream's spec (what the worker opens, once per process and spec).
+StreamSpec = LayerStreamSpec | PartStreamSpec
+
+
+@dataclass(frozen=True)
+class ResultSpec:
+    """Where a chunk's worker writes its categories (and, with ``activations``, its last activations)."""
+
+    path: str
+    chunk: int
+    activations: bool
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """What one model-mode step knows before it runs: part ``held[2]``'s layer ``k`` of chunk ``held[1]``.
+
+    ``others`` are the senders of its inbox, in order; ``recipients`` the parts it sends to for layer ``k + 1``;
+    ``sync`` says whether the parts exchange alive masks after it; ``final`` whether it is the last layer, when
+    it returns its block too if ``with_block``; ``compact`` picks the messages' form.
+    """
+
+    k: int
+    held: tuple[str, int, int]  # (run, chunk, part): where the part's block waits between its steps
+    bias: float
+    ymax: float
+    others: tuple[int, ...]
+    recipients: tuple[int, ...]
+    sync: bool
+    final: bool
+    with_block: bool
+    compact: bool
 
 
 def load_all_layers(path: str, dtype: str, backend: str) -> list[Block]:
@@ -51,7 +106,8 @@ def load_images(path: str, start: int, stop: int, rows: np.ndarray | None, dtype
     return kernels.to_device(yt if rows is None else np.ascontiguousarray(yt[rows]), backend)
 
 
-_STREAMS: dict[tuple, ReadAhead] = {}
+#: Per worker process: the open streams, by spec.
+_STREAMS: dict[StreamSpec, ReadAhead] = {}
 
 
 #: Decoded bytes read by the streams this worker process has closed (so the counts survive their closing).
@@ -64,11 +120,13 @@ _CLOSED_BYTES = [0]
 _HELD: dict[tuple[str, int, int], list] = {}
 
 
-def _stream(spec: tuple) -> ReadAhead:
-    # one stream per worker process and spec, so consecutive tasks share its read-ahead:
-    # ("stream", store, dtype, keep): whole layers (data mode); ("part", plan, q, dtype, keep): part q's blocks
+def _stream(spec: StreamSpec) -> ReadAhead:
+    # one stream per worker process and spec, so consecutive tasks share its read-ahead
     if spec not in _STREAMS:
-        _STREAMS[spec] = LayerStream(*spec[1:]) if spec[0] == "stream" else PartStream(*spec[1:])
+        if isinstance(spec, LayerStreamSpec):
+            _STREAMS[spec] = LayerStream(spec.path, spec.dtype, spec.keep)
+        else:
+            _STREAMS[spec] = PartStream(spec.plan, spec.part, spec.dtype, spec.keep)
     return _STREAMS[spec]
 
 
@@ -87,7 +145,7 @@ def close_streams(run: str) -> None:
         stream.close()
 
 
-def _part_layer(part: list[tuple[PartLayer, Block]] | tuple, k: int) -> tuple[PartLayer, Block]:
+def _part_layer(part: list[tuple[PartLayer, Block]] | PartStreamSpec, k: int) -> tuple[PartLayer, Block]:
     # a model-mode part's layer k: held in memory (a list), or read from its part plan as it is needed
     return part[k - 1] if isinstance(part, list) else _stream(part).layer(k)
 
@@ -106,9 +164,9 @@ def write_part_plan_layer(path: str, plan_path: str, k: int, parts: int) -> np.n
     return layer_counts(row)
 
 
-def run_segment(weights: list[Block] | tuple, yt: np.ndarray, ids: np.ndarray | int, first: int, last: int,
-                bias: float, ymax: float, final: bool, results: tuple | None = None):
-    # weights: resident blocks, or ("stream", path, dtype, keep) to read the layers from the store as needed
+def run_segment(weights: list[Block] | LayerStreamSpec, yt: np.ndarray, ids: np.ndarray | int, first: int,
+                last: int, bias: float, ymax: float, final: bool, results: ResultSpec | None = None):
+    # weights: resident blocks, or the spec of a stream that reads the layers from the store as needed
     # ids: the images' original indices, or (first segment) the chunk's first index
     ids = np.arange(ids, ids + yt.shape[1]) if isinstance(ids, int) else ids
     layers = weights[first - 1:last] if isinstance(weights, list) else _stream(weights).layers(first, last)
@@ -117,8 +175,7 @@ def run_segment(weights: list[Block] | tuple, yt: np.ndarray, ids: np.ndarray | 
         return yt, ids
     if results is not None:
         # written by the worker: a stopped run resumes from here
-        path, c, with_activations = results
-        write_chunk_result(path, c, ids, _rows_of(yt) if with_activations else None)
+        write_chunk_result(results.path, results.chunk, ids, _rows_of(yt) if results.activations else None)
     return ids
 
 
@@ -154,25 +211,17 @@ def message_tally(run: str) -> dict[int, list[int]]:
     return _MESSAGES.pop(run, {})
 
 
-def step(part: list[tuple[PartLayer, Block]] | tuple, k: int, held: tuple[str, int, int], images, after,
-         bias: float, ymax: float, others: tuple[int, ...], recipients: tuple[int, ...], sync: bool, final: bool,
-         with_block: bool, compact: bool, *inbox: tuple) -> tuple:
-    """Part ``held[2]``'s layer ``k`` of one chunk, and what it sends for layer ``k + 1``.
+def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, images, after, *inbox: tuple
+         ) -> tuple:
+    """Part ``spec.held[2]``'s layer ``spec.k`` of one chunk, and what it sends for layer ``spec.k + 1``.
 
     The block comes from ``images`` (layer 1) or from what this worker holds (``after``, this part's previous step,
-    orders the tasks). ``inbox`` holds the outputs of parts ``others`` for the previous layer, each
+    orders the tasks). ``inbox`` holds the outputs of parts ``spec.others`` for the previous layer, each
     ``(alive mask or None, {part: message})``: their rows this part reads, and, after a sync layer, their masks.
     Returns ``(mask or None, {recipient: message})``, or, after the last layer, ``(masks, block or None)``.
     """
-    run, _, q = held
-    if k == 1:
-        block, masks = images, []
-    else:
-        state = _HELD.pop(held, None)
-        if state is None or state[0] != k - 1:
-            raise DasknnError(f"model mode: part {q} expected its layer {k - 1} on this worker, found "
-                              f"{'none' if state is None else state[0]} (a task ran twice or out of order)")
-        _, block, masks = state
+    k = spec.k
+    block, masks = (images, []) if k == 1 else _held_block(spec)
     pl, (indptr, indices, data) = _part_layer(part, k)
     keep = None
     if k > 1 and inbox and inbox[0][0] is not None:
@@ -180,6 +229,27 @@ def step(part: list[tuple[PartLayer, Block]] | tuple, k: int, held: tuple[str, i
         keep = _dropped([masks[-1]] + [mask for mask, _ in inbox])
     if keep is not None:
         block = block[:, keep]
+    recv = _received(pl, block, keep, spec.others, inbox, spec.held[2])
+    block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv)
+    if spec.sync:
+        masks = masks + [kernels.alive(block)]
+    if spec.final:
+        return masks, block if spec.with_block else None
+    _HELD[spec.held] = [k, block, masks]
+    return (masks[-1] if spec.sync else None), _pack(part, k + 1, block, spec.recipients, spec.held[0],
+                                                     spec.compact)
+
+
+def _held_block(spec: StepSpec) -> tuple:
+    # the part's block and masks after its previous layer, held on this worker since its previous step
+    state = _HELD.pop(spec.held, None)
+    if state is None or state[0] != spec.k - 1:
+        raise DasknnError(f"model mode: part {spec.held[2]} expected its layer {spec.k - 1} on this worker, found "
+                          f"{'none' if state is None else state[0]} (a task ran twice or out of order)")
+    return state[1], state[2]
+
+
+def _received(pl: PartLayer, block, keep: np.ndarray | None, others: tuple[int, ...], inbox: tuple, q: int):
     # the received rows, stacked by sender, are read in place beside the block: nothing else is copied
     recv = kernels.empty_like_kind(block, (received_rows(pl), block.shape[1]))
     at = 0
@@ -195,16 +265,10 @@ def step(part: list[tuple[PartLayer, Block]] | tuple, k: int, held: tuple[str, i
             kernels.unpack_rows(messages[q], whole)
             recv[at:at + n] = whole[:, keep]
         at += n
-    block = kernels.layer_step(block, indptr, indices, data, bias, ymax, extra=recv)
-    if sync:
-        masks = masks + [kernels.alive(block)]
-    if final:
-        return masks, block if with_block else None
-    _HELD[held] = [k, block, masks]
-    return (masks[-1] if sync else None), _pack(part, k + 1, block, recipients, run, compact)
+    return recv
 
 
-def _pack(part: list[tuple[PartLayer, Block]] | tuple, k: int, block, recipients: tuple[int, ...], run: str,
+def _pack(part: list[tuple[PartLayer, Block]] | PartStreamSpec, k: int, block, recipients: tuple[int, ...], run: str,
           compact: bool) -> dict[int, tuple]:
     # the messages for layer k: the rows of the part's block (its activations after layer k - 1) each recipient
     # reads, in their smallest form
@@ -221,7 +285,7 @@ def _pack(part: list[tuple[PartLayer, Block]] | tuple, k: int, block, recipients
     return out
 
 
-def first_messages(part: list[tuple[PartLayer, Block]] | tuple, images, recipients: tuple[int, ...], run: str,
+def first_messages(part: list[tuple[PartLayer, Block]] | PartStreamSpec, images, recipients: tuple[int, ...], run: str,
                    compact: bool) -> tuple:
     # what the part's input pixels send for layer 1 (a step's output, without a mask)
     return None, _pack(part, 1, images, recipients, run, compact)
@@ -233,7 +297,7 @@ def pick(output: tuple, q: int) -> tuple:
     return mask, {q: messages[q]} if q in messages else {}
 
 
-def categories(start: int, count: int, results: tuple | None, finals: tuple | None, *outs: tuple
+def categories(start: int, count: int, results: ResultSpec | None, finals: tuple | None, *outs: tuple
                ) -> tuple[np.ndarray, list[int]]:
     # outs: each part's last step, (its alive masks at every sync layer, its last block or None); replaying the
     # compactions round by round gives the surviving images' indices
@@ -244,9 +308,8 @@ def categories(start: int, count: int, results: tuple | None, finals: tuple | No
         ids = ids[_keep(list(masks))]
         alive.append(int(ids.size))
     if results is not None:
-        path, c, with_activations = results
         rows = None
-        if with_activations:
+        if results.activations:
             # finals: (neurons, each part's output neurons); the last round's masks say which of the blocks'
             # images survive
             neurons, outputs = finals
@@ -256,5 +319,5 @@ def categories(start: int, count: int, results: tuple | None, finals: tuple | No
             for out, block in zip(outputs, blocks):
                 yt[out] = kernels.to_host(block)[:, keep]
             rows = _rows_of(yt)
-        write_chunk_result(path, c, ids, rows)
+        write_chunk_result(results.path, results.chunk, ids, rows)
     return ids, alive
