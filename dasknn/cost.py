@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import kernels
+from .modes import mode_of
 from .plan import local_block, plan_layer, received_rows
 from .store import LayerStream, open_inputs, open_store
 
@@ -249,8 +250,7 @@ def predict(
         tasks = chunks * depth * (g + picks)
     task_time = tasks * cal.task_seconds / max(1, threads)
     seconds = compute + exchange + task_time + read
-    mode = "data" if g == 1 else "model" if g == workers else "hybrid"
-    return Prediction(mode=mode, group_size=g, fits=bool(fits or not resident), resident=bool(resident),
+    return Prediction(mode=mode_of(g, workers), group_size=g, fits=bool(fits or not resident), resident=bool(resident),
                       seconds=seconds, compute=compute, exchange=exchange, tasks=task_time, read=read)
 
 

@@ -62,7 +62,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from . import kernels
+from . import kernels, modes
 from .errors import DasknnError
 from .network import Network, as_csc_layer
 from .runtime import metrics
@@ -70,7 +70,7 @@ from .runtime.graph import PinnedGraph, ref, tree_sum
 from .runtime.recovery import await_workers, ensure_client, watch, worker_lost
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
-MODES = ("single", "data", "model", "hybrid")
+MODES = modes.TRAINING
 #: Times a run rebuilds itself after losing a worker before it gives up.
 MAX_RESTARTS = 3
 #: Seconds a training run waits after losing workers for as many to be back before it restarts.

@@ -32,7 +32,7 @@ mechanics underneath (pinned graphs, worker loss, byte counters) are :mod:`daskn
 from __future__ import annotations
 
 from .infer import AWAIT_WORKERS_SECONDS, MAX_RECOVERIES, InferenceResult, infer
-from .modes import MODES
+from .groups import MODES
 from .owners import resolve_partition
 from .sizing import MEMORY_SHARE, WEIGHTS_SHARE, WORKER_BASE, chunk_bounds, default_chunks, sync_layers
 from .tasks import write_part_plan_layer

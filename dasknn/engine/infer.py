@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
+from ..modes import AUTO, HYBRID
 from ..runtime.recovery import WorkersLost, await_workers, ensure_client, workers_info
 from ..store import location, open_inputs, open_results, open_store, read_results
 from .execute import Job, Pass, execute
-from .modes import check_mode
+from .groups import check_mode
 from .sizing import WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, predict_modes
 
 
@@ -163,11 +164,11 @@ def infer(
     weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
     predictions: list = []
     calibration = None
-    if mode == "auto" or explain:
+    if mode == AUTO or explain:
         calibration, predictions = predict_modes(client, workers, threads, store, path, in_path, count, dtype,
                                                  memory, weight_bytes, partition, chunks, sync_every, resident,
-                                                 explain, group_size if mode == "hybrid" else None)
-    if mode == "auto":
+                                                 explain, group_size if mode == HYBRID else None)
+    if mode == AUTO:
         from ..cost import cheapest
 
         best = cheapest(predictions)

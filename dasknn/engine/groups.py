@@ -1,19 +1,22 @@
-"""The execution modes and the group size each gives."""
+"""The group size each mode gives the workers (the modes themselves are :mod:`dasknn.modes`)."""
 
 from __future__ import annotations
 
 from ..errors import DasknnError
+from ..modes import DATA, INFERENCE, MODEL
 
-
-MODES = ("auto", "data", "model", "hybrid")
+#: ``infer``'s modes.
+MODES = INFERENCE
 
 
 def check_mode(mode: str, workers: int, group_size: int | None) -> int:
+    """The group size of ``mode`` (not ``auto``) on ``workers`` workers: 1, all of them, or ``group_size`` (by
+    default 2 where four or more workers divide evenly, else all) in hybrid mode."""
     if mode not in MODES:
         raise DasknnError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if mode == "data":
+    if mode == DATA:
         return 1
-    if mode == "model":
+    if mode == MODEL:
         return workers
     g = group_size or (2 if workers % 2 == 0 and workers >= 4 else workers)
     if g < 1 or workers % g:

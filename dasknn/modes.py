@@ -1,0 +1,23 @@
+"""The execution modes, defined once for inference, training, the cost model and the command line.
+
+How the workers share the work: ``data`` (every worker holds the whole network and runs its own images),
+``model`` (the network is partitioned over all the workers, who exchange boundary rows), ``hybrid`` (groups of
+workers, each a model-mode group on its own images). Inference adds ``auto`` (the cost model picks), training
+adds ``single`` (this process, no Dask).
+"""
+
+from __future__ import annotations
+
+DATA, MODEL, HYBRID = "data", "model", "hybrid"
+AUTO, SINGLE = "auto", "single"
+#: The ways the workers share the work, by group size: one worker, all of them, groups in between.
+DISTRIBUTED = (DATA, MODEL, HYBRID)
+#: ``dasknn infer --mode``: the cost model's choice first, then the distributed modes.
+INFERENCE = (AUTO, *DISTRIBUTED)
+#: ``dasknn train --mode``: this process alone first, then the distributed modes.
+TRAINING = (SINGLE, *DISTRIBUTED)
+
+
+def mode_of(group_size: int, workers: int) -> str:
+    """The distributed mode of groups of ``group_size`` among ``workers`` workers."""
+    return DATA if group_size == 1 else MODEL if group_size == workers else HYBRID
