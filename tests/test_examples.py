@@ -130,7 +130,8 @@ def test_wheel_builds_with_extras_and_entry_point(tmp_path):
         names = z.namelist()
         meta = email.message_from_bytes(z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))))
         entry = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-    for module in ("cli/__init__", "cli/main", "engine", "challenge", "ingest", "__main__"):
+    for module in ("cli/__init__", "cli/main", "engine/__init__", "engine/infer", "runtime/graph", "store/__init__",
+                   "kernels/__init__", "kernels/grad", "challenge", "ingest", "__main__"):
         assert f"dasknn/{module}.py" in names
     assert {"gpu", "cluster", "notebook", "test"} <= set(meta.get_all("Provides-Extra"))
     assert "dasknn = dasknn.cli:main" in entry

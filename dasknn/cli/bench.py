@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..challenge import find_cases, plot_rates, run_case, write_csv
 from ..errors import DasknnError
+from ..modes import INFERENCE
 from .common import (PLOT_EXTRA, check_report, emit, has_matplotlib, mismatch_line, performance_report,
                      positive_int, require_matplotlib)
 
@@ -67,7 +68,7 @@ def add_bench_parser(subparsers) -> None:
                    f"{PLOT_EXTRA}: without it the default plot is skipped with a note)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="arithmetic (default float64, in which the published truth is exact)")
-    p.add_argument("--mode", choices=("auto", "data", "model", "hybrid"), default="auto",
+    p.add_argument("--mode", choices=INFERENCE, default="auto",
                    help="as for dasknn infer (default auto)")
     p.add_argument("--batch", type=int, help="use only the first BATCH images of each input")
     p.add_argument("--chunks", type=int,

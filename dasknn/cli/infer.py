@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
+from ..modes import INFERENCE
 from ..ingest import import_network
 from .common import Progress, check_report, emit, explain_table, mismatch_line, performance_report, positive_int
 
@@ -144,7 +145,7 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] or a store (default: the network store's inputs)")
     f.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv (default: the truth stored with the inputs)")
     f.add_argument("--batch", type=int, help="use only the first BATCH images")
-    f.add_argument("--mode", choices=("auto", "data", "model", "hybrid"), default="auto",
+    f.add_argument("--mode", choices=INFERENCE, default="auto",
                    help="data: every worker runs every layer on its images; model: the layers are partitioned "
                         "over the workers; hybrid: groups of workers split the batch, each group partitions the "
                         "layers; auto: the one the cost model predicts fastest among those that fit in memory "
