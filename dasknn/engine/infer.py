@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
-from ..modes import AUTO, HYBRID
+from ..modes import AUTO, DATA, HYBRID
 from ..runtime.recovery import WorkersLost, await_workers, ensure_client, workers_info
 from ..store import location, open_inputs, open_results, open_store, read_results
 from .execute import Job, Pass, execute
@@ -75,7 +75,7 @@ def infer(
     chunks: int | None = None,
     segment: int | None = None,
     sync_every: int = 2,
-    dtype: str = "float32",
+    dtype: str = "float64",
     backend: str = "cpu",
     resident: bool | None = None,
     keep_layers: int = 2,
@@ -115,7 +115,8 @@ def infer(
     sync_every
         Model mode: layers between alive-mask exchanges that drop dead images.
     dtype
-        ``"float32"`` or ``"float64"``.
+        ``"float64"`` (the default, as on the command line: the published truth is exact in it) or
+        ``"float32"`` (faster; may differ from the truth on a few images that sit on the threshold).
     backend
         ``"cpu"`` (NumPy blocks, the Numba kernel) or ``"gpu"`` (CuPy blocks on each worker's GPU, the cuSPARSE
         kernel; run one worker per GPU, e.g. ``dask_cuda.LocalCUDACluster``). The kernels are chosen by the
@@ -164,6 +165,10 @@ def infer(
     weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
     predictions: list = []
     calibration = None
+    if mode == AUTO and backend == "gpu":
+        # data mode on GPUs: the cost model is calibrated with the CPU kernels, and model mode's messages cross
+        # device -> host -> network -> host -> device every layer (--explain still shows the CPU predictions)
+        mode = DATA
     if mode == AUTO or explain:
         calibration, predictions = predict_modes(client, workers, threads, store, path, in_path, count, dtype,
                                                  memory, weight_bytes, partition, chunks, sync_every, resident,
