@@ -222,6 +222,25 @@ def test_gpu_backend_without_cupy_is_a_clear_error(client, slice_store):
         engine.infer(slice_store, client=client, backend="tpu")
 
 
+def test_auto_mode_on_gpus_runs_data_mode_without_calibrating(client, slice_store, monkeypatch):
+    # the cost model is calibrated with the CPU kernels: on GPUs, auto is data mode (issue 19, item 5)
+    import importlib
+
+    infer_module = importlib.import_module("dasknn.engine.infer")  # (the package's `infer` is the function)
+
+    def no_predictions(*args, **kwargs):
+        raise AssertionError("auto on GPUs must not calibrate with the CPU kernels")
+
+    monkeypatch.setattr(infer_module, "predict_modes", no_predictions)
+    seen = {}
+    monkeypatch.setattr(infer_module, "check_mode", lambda mode, workers, g: seen.setdefault("mode", mode) and 1)
+    try:
+        engine.infer(slice_store, client=client, backend="gpu", chunks=1, images=10)
+    except Exception:
+        pass  # without a GPU the run stops once it loads blocks on a device; the mode was chosen before
+    assert seen["mode"] == "data"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["data", "model"])
 def test_gpu_matches_the_truth(slice_store, slice_truth, mode):

@@ -143,6 +143,7 @@ def close_streams(run: str) -> None:
         stream = _STREAMS.pop(spec)
         _CLOSED_BYTES[0] += stream.bytes_read
         stream.close()
+    kernels.release_device_layers()  # and so do the device copies of streamed layers
 
 
 def _part_layer(part: list[tuple[PartLayer, Block]] | PartStreamSpec, k: int) -> tuple[PartLayer, Block]:
@@ -169,7 +170,13 @@ def run_segment(weights: list[Block] | LayerStreamSpec, yt: np.ndarray, ids: np.
     # weights: resident blocks, or the spec of a stream that reads the layers from the store as needed
     # ids: the images' original indices, or (first segment) the chunk's first index
     ids = np.arange(ids, ids + yt.shape[1]) if isinstance(ids, int) else ids
-    layers = weights[first - 1:last] if isinstance(weights, list) else _stream(weights).layers(first, last)
+    if isinstance(weights, list):
+        layers = weights[first - 1:last]
+    else:
+        layers = _stream(weights).layers(first, last)
+        if not isinstance(yt, np.ndarray):
+            # activations on a device: keep the streamed layers' device copies that fit, for the next chunks
+            layers = kernels.keep_on_device(weights, first, layers)
     yt, ids = kernels.run_layers(yt, layers, bias, ymax, ids)
     if not final:
         return yt, ids
