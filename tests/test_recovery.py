@@ -34,7 +34,7 @@ def _spmm_layers_done(dask_scheduler) -> int:
 def test_a_worker_killed_halfway_loses_nothing(deep_store, mode):
     from dasknn.cluster import local_client
 
-    truth = store.open_inputs(deep_store).truth(np.float32)
+    truth = store.open_inputs(deep_store).truth(np.float64)  # (the default arithmetic)
     with local_client(workers=2, threads_per_worker=1) as client:
         victim = sorted(client.scheduler_info()["workers"])[1]
         pid = client.run(os.getpid, workers=[victim])[victim]
