@@ -11,15 +11,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from .api import infer
 from .errors import DasknnError
 from .network import Network
-
-
-def infer(*args, **kwargs):
-    """Batch inference on a Dask cluster; see :func:`dasknn.engine.infer`."""
-    from .engine import infer as _infer
-
-    return _infer(*args, **kwargs)
 
 
 def open_store(*args, **kwargs):

@@ -13,11 +13,12 @@ import numpy as np
 
 from ..errors import DasknnError
 from ..plan import Outline, Plan, build_plan
-from ..runtime.graph import PinnedGraph
+from ..runtime.graph import PinnedGraph, ref
 from ..runtime.metrics import bytes_sent, exchange_log_pop, install_exchange_log
 from ..runtime.recovery import WorkersLost, watch
 from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest
 from .data_mode import data_chunk
+from .inputs import InputSource, load_images
 from .model_mode import model_chunk
 from .owners import resolve_partition
 from .sizing import sync_layers
@@ -26,10 +27,11 @@ from .tasks import (
     PartStreamSpec,
     ResultSpec,
     close_streams,
+    leading,
     load_all_layers,
-    load_images,
     load_part_layers,
     message_tally,
+    segment_state,
     stream_bytes,
     write_part_plan_layer,
 )
@@ -40,7 +42,7 @@ class Job:
     """What every pass of one inference shares."""
 
     path: str
-    in_path: str
+    source: InputSource
     store: object
     dtype: str
     backend: str
@@ -55,6 +57,9 @@ class Job:
     partition: object
     progress: Callable[[int, int], None] | None
     plan_store: str | None = None
+    #: the name of the dask.array of final activations each chunk keeps on its worker (futures in
+    #: :attr:`Pass.kept`), or None
+    keep: str | None = None
 
 
 @dataclass
@@ -72,6 +77,7 @@ class Pass:
     bytes_read: int = 0
     plan_bytes: int = 0
     per_layer: np.ndarray | None = None
+    kept: dict[int, object] = field(default_factory=dict)  # chunk -> future of its final activations (dense rows)
 
 
 @dataclass
@@ -148,14 +154,16 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
             elif plan is not None:
                 weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (load_part_layers, path, plan.part(q),
                                                                      plan.inputs_owned[q].size, dtype, backend))
+    spec = job.source.spec
     for i, c in enumerate(todo):
         a, b = job.bounds[c]
+        data = job.source.data_for(c)  # a dask.array's chunk, the scattered batch, or nothing (a store)
         if outline is None:
             image_keys[(c, 0)] = load.add(layout.solo(i), f"images-c{c}",
-                                          (load_images, job.in_path, a, b, None, dtype, backend))
+                                          (load_images, spec, data, a, b, None, dtype, backend))
         else:
             for q, w in enumerate(layout.members(i)):
-                image_keys[(c, q)] = load.add(w, f"images-p{q}-c{c}", (load_images, job.in_path, a, b,
+                image_keys[(c, q)] = load.add(w, f"images-p{q}-c{c}", (load_images, spec, data, a, b,
                                                                        outline.inputs_owned[q], dtype, backend))
     keys = list(weight_keys.values()) + list(image_keys.values())
     loaded = dict(zip(keys, load.submit(client, keys)))
@@ -166,11 +174,13 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
 
 
 def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object],
-           image_keys: dict[tuple[int, int], str]) -> tuple[PinnedGraph, dict[str, int]]:
-    # every chunk's tasks, by its mode's builder; returns the graph and each chunk's result key
+           image_keys: dict[tuple[int, int], str]) -> tuple[PinnedGraph, dict[str, int], dict[int, tuple]]:
+    # every chunk's tasks, by its mode's builder; returns the graph, each chunk's result key and (with job.keep)
+    # each chunk's key of its final activations
     store, outline = job.store, layout.outline
     graph = PinnedGraph(layout.run)
     result_keys: dict[str, int] = {}
+    kept_keys: dict[int, tuple] = {}
     for i, c in enumerate(todo):
         a, b = job.bounds[c]
         res = None if job.results is None else ResultSpec(job.results, c, job.activations)
@@ -178,25 +188,38 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
             w = layout.solo(i)
             weights = layout.part_of[w] if job.resident else LayerStreamSpec(job.path, job.dtype, job.keep_layers)
             key = data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]], store.depth,
-                             job.segment or store.depth, store.bias, store.ymax, res)
+                             job.segment or store.depth, store.bias, store.ymax, res,
+                             (a, b - a) if job.keep else None)
         else:
-            members = layout.members(i)
-            key = model_chunk(graph, c, a, b - a, members, outline, layout.part_of,
-                              [loaded[image_keys[(c, q)]] for q in range(len(members))], store.depth,
-                              job.sync_every, store.bias, store.ymax, res, job.compact)
+            w = layout.members(i)[0]  # where the categories task runs
+            key = model_chunk(graph, c, a, b - a, layout.members(i), outline, layout.part_of,
+                              [loaded[image_keys[(c, q)]] for q in range(len(layout.members(i)))], store.depth,
+                              job.sync_every, store.bias, store.ymax, res, job.compact, job.keep)
+        if job.keep:
+            key, kept_keys[c] = _split_kept(graph, w, (job.keep, c, 0), key, 1 if outline is None else 2)
         result_keys[key] = c
-    return graph, result_keys
+    return graph, result_keys, kept_keys
+
+
+def _split_kept(graph: PinnedGraph, w: str, chunk: tuple[str, int, int], key: str, n: int) -> tuple[str, tuple]:
+    # the chunk's last task returned (its n results..., its final activations): one task for the results (what
+    # the client gathers) and one for the activations, keyed as the dask.array chunk it becomes (they stay put)
+    head = graph.add(w, f"ids-c{chunk[1]}", (leading, ref(key), n))
+    graph.by_worker.setdefault(w, {})[chunk] = (segment_state, ref(key), n)
+    return head, chunk
 
 
 def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int], loaded: dict[str, object],
          image_keys: dict[tuple[int, int], str], out: Pass) -> None:
     # submit the graph, collect the chunks as they finish, then what the workers measured
-    graph, result_keys = _graph(job, layout, todo, loaded, image_keys)
+    graph, result_keys, kept_keys = _graph(job, layout, todo, loaded, image_keys)
     out.tasks = len(graph)
     read_before = client.run(stream_bytes)
     sent_before = client.run(bytes_sent)
     t0 = time.perf_counter()
-    futures = graph.submit(client, list(result_keys))
+    futures = graph.submit(client, list(result_keys) + list(kept_keys.values()))
+    futures, kept = futures[:len(result_keys)], futures[len(result_keys):]
+    out.kept = dict(zip(kept_keys, kept))
 
     def finish(fut) -> None:
         value = fut.result()

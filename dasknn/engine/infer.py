@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,11 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
-from ..modes import AUTO, DATA, HYBRID
+from ..modes import AUTO, DATA, HYBRID, MODEL
 from ..runtime.recovery import WorkersLost, await_workers, ensure_client, workers_info
-from ..store import location, open_inputs, open_results, open_store, read_results
+from ..store import location, open_results, open_store, read_results
 from .execute import Job, Pass, execute
 from .groups import check_mode
+from .inputs import InputSource, stored_source
 from .sizing import WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, predict_modes
 
 
@@ -55,6 +57,13 @@ class InferenceResult:
     calibration: dict | None = None
     #: each loss of workers the run survived: who, chunks kept and re-run, seconds waited for workers
     recoveries: list[dict] = field(default_factory=list)
+    #: with ``keep_activations``: the final activations, a dask.array (images x neurons) chunked like the
+    #: batch's rows and persisted on the workers (each chunk dense NumPy rows, the dead images' rows all zero)
+    activations: object = None
+    #: with a truth to compare (:func:`dasknn.infer`'s ``truth``): whether the categories match it, and how
+    #: many images are in one and not the other
+    matches_truth: bool | None = None
+    mismatched: int | None = None
 
     @property
     def edges_per_second(self) -> float:
@@ -65,7 +74,7 @@ class InferenceResult:
 
 def infer(
     network: str | os.PathLike[str],
-    inputs: str | os.PathLike[str] | None = None,
+    inputs: str | os.PathLike[str] | InputSource | None = None,
     client=None,
     *,
     mode: str = "auto",
@@ -86,6 +95,7 @@ def infer(
     explain: bool = False,
     activations: bool = False,
     plan_store: str | os.PathLike[str] | None = None,
+    keep_activations: bool = False,
 ) -> InferenceResult:
     """Run batch inference of a stored network on stored inputs, on a Dask cluster.
 
@@ -94,7 +104,8 @@ def infer(
     network
         A dasknn store (see :mod:`dasknn.store`).
     inputs
-        A store holding inputs; the network store itself by default.
+        A store holding inputs (the network store itself by default), or an :class:`~dasknn.engine.inputs.InputSource`
+        (arrays scattered to the workers, a dask.array's chunks: see :func:`dasknn.infer`).
     client
         A ``distributed.Client``; a local cluster is started (and closed) when None.
     mode
@@ -107,7 +118,7 @@ def infer(
     images
         Use only the first ``images`` inputs.
     chunks
-        Number of image chunks. By default (:func:`default_chunks`) 2 per worker thread in data mode, so chunks
+        Number of image chunks (fixed by a dask.array's row chunks when the inputs are one). By default (:func:`default_chunks`) 2 per worker thread in data mode, so chunks
         pipeline through the layers, 1 per thread of a group in model and hybrid mode; more where a chunk's
         activations would not fit in a worker's memory.
     segment
@@ -149,16 +160,20 @@ def infer(
     explain
         Predict every mode's time with the cost model (:mod:`dasknn.cost`), even where ``mode`` is given; the
         predictions and the calibration are in the result.
+    keep_activations
+        Keep each chunk's final activations on its worker: the result's ``activations`` is then a dask.array of
+        them (images x neurons, chunked like the chunks).
     """
-    path, store, in_path, count = _checked(network, inputs, images, dtype, sync_every, activations, results,
-                                           messages, backend)
+    path, store, source, count = _checked(network, inputs, images, dtype, sync_every, activations, results,
+                                          messages, backend, chunks, resume and keep_activations)
+    in_path = source.path
     if client is None:
         with ensure_client() as c:
-            return infer(path, in_path, c, mode=mode, partition=partition, group_size=group_size, images=count,
+            return infer(path, source, c, mode=mode, partition=partition, group_size=group_size, images=count,
                          chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
                          resident=resident, keep_layers=keep_layers, results=results, resume=resume,
                          progress=progress, messages=messages, explain=explain, activations=activations,
-                         plan_store=plan_store)
+                         plan_store=plan_store, keep_activations=keep_activations)
 
     workers, threads, memory = _cluster(client)
     # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
@@ -169,6 +184,11 @@ def infer(
         # data mode on GPUs: the cost model is calibrated with the CPU kernels, and model mode's messages cross
         # device -> host -> network -> host -> device every layer (--explain still shows the CPU predictions)
         mode = DATA
+    if in_path is None and mode == AUTO:
+        # no stored batch for the cost model's probe to sample: data mode where a worker holds the weights
+        mode = DATA if weight_bytes <= WEIGHTS_SHARE * memory else MODEL
+    if in_path is None and explain:
+        raise DasknnError("explain: the cost model's probe samples stored inputs; these are in memory")
     if mode == AUTO or explain:
         calibration, predictions = predict_modes(client, workers, threads, store, path, in_path, count, dtype,
                                                  memory, weight_bytes, partition, chunks, sync_every, resident,
@@ -186,16 +206,17 @@ def infer(
     if chunks is None:
         chunks = default_chunks(count, threads, len(workers), g, resident,
                                 lambda width: fits(store, dtype, resident, keep_layers, g, memory, width))
-    bounds = chunk_bounds(count, chunks)
+    bounds = source.bounds or chunk_bounds(count, chunks)
     done: set[int] = set()
     if results is not None:
         results = str(Path(results).resolve())
-        run_desc = {"network": path, "inputs": in_path, "images": count, "dtype": dtype, "chunks": bounds}
+        run_desc = {"network": path, "inputs": in_path or source.label, "images": count, "dtype": dtype,
+                    "chunks": bounds}
         bounds, done = open_results(results, run_desc, resume, activations)
-    job = Job(path=path, in_path=in_path, store=store, dtype=dtype, backend=backend, resident=resident,
+    job = Job(path=path, source=source, store=store, dtype=dtype, backend=backend, resident=resident,
               keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
               results=results, activations=activations, bounds=bounds, partition=partition, progress=progress,
-              plan_store=None if plan_store is None else str(Path(plan_store).resolve()))
+              plan_store=None if plan_store is None else str(Path(plan_store).resolve()), keep=f"activations-{uuid.uuid4().hex[:8]}" if keep_activations else None)
     check_memory(store, dtype, resident, keep_layers, g, memory, max(b - a for a, b in bounds))
     todo = [c for c in range(len(bounds)) if c not in done]
     runs = _run_recovering(client, job, workers, mode, group_size, todo)
@@ -203,20 +224,24 @@ def infer(
 
 
 def _checked(network, inputs, images: int | None, dtype: str, sync_every: int, activations: bool, results,
-             messages: str, backend: str) -> tuple:
-    # the arguments checked before any cluster is asked: (network path, its store, inputs path, images)
+             messages: str, backend: str, chunks: int | None, keep_resumed: bool) -> tuple:
+    # the arguments checked before any cluster is asked: (network path, its store, input source, images)
     if dtype not in ("float32", "float64"):
         raise DasknnError(f"--dtype must be float32 or float64, not {dtype}")
     path = str(location(network))  # a local store, or a URL the workers read through fsspec
     store = open_store(path, check="metadata")  # the workers check every block they read
-    in_path = path if inputs is None else str(location(inputs))
-    batch = open_inputs(in_path)
-    if batch.neurons != store.neurons:
-        raise DasknnError(f"the inputs have {batch.neurons} pixels per image, the network {store.neurons} neurons",
-                          in_path)
-    count = batch.images if images is None else images
-    if not 1 <= count <= batch.images:
-        raise DasknnError(f"--batch must be between 1 and {batch.images} (the stored images), not {count}")
+    source = inputs if isinstance(inputs, InputSource) else stored_source(
+        path if inputs is None else str(location(inputs)))
+    if source.neurons != store.neurons:
+        raise DasknnError(f"the inputs have {source.neurons} pixels per image, the network {store.neurons} neurons",
+                          source.label)
+    count = source.images if images is None else images
+    if not 1 <= count <= source.images:
+        raise DasknnError(f"--batch must be between 1 and {source.images} (the stored images), not {count}")
+    if source.bounds is not None and (count != source.images or chunks is not None):
+        raise DasknnError("a dask.array's row chunks are the chunks: slice or rechunk the array instead")
+    if keep_resumed:
+        raise DasknnError("keep_activations needs every chunk computed: it cannot resume a run")
     if sync_every < 1:
         raise DasknnError("--sync-every must be at least 1")
     if activations and results is None:
@@ -225,7 +250,7 @@ def _checked(network, inputs, images: int | None, dtype: str, sync_every: int, a
         raise DasknnError(f"--messages must be compact or dense, not {messages!r}")
     if backend not in ("cpu", "gpu"):
         raise DasknnError(f"backend must be cpu or gpu, not {backend!r}")
-    return path, store, in_path, count
+    return path, store, source, count
 
 
 def _cluster(client) -> tuple[list[str], int, float]:
@@ -312,7 +337,19 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
         images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
         predictions=[p.as_dict() for p in predictions],
         calibration=None if calibration is None else calibration.as_dict(), recoveries=runs.recoveries,
+        activations=_kept_array(job, runs) if job.keep else None,
     )
+
+
+def _kept_array(job: Job, runs: _Runs):
+    # the chunks' final activations, as a dask.array whose chunks are the futures the workers hold
+    import dask.array as da
+
+    kept = {c: f for p in runs.passes for c, f in p.kept.items() if c in runs.finished}
+    name = job.keep
+    graph = {(name, c, 0): kept[c] for c in range(len(job.bounds))}
+    rows = tuple(b - a for a, b in job.bounds)
+    return da.Array(graph, name, chunks=(rows, (job.store.neurons,)), dtype=job.dtype)
 
 
 #: Times an inference re-runs its unfinished chunks after losing workers before it gives up.

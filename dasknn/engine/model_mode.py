@@ -10,14 +10,14 @@ from .tasks import ResultSpec, StepSpec, categories, first_messages, pick, step
 
 def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: list[str], plan: Outline,
                 part_of: dict[str, object], images: list, depth: int, sync_every: int, bias: float, ymax: float,
-                results: ResultSpec | None, compact: bool) -> str:
+                results: ResultSpec | None, compact: bool, keep: bool = False) -> str:
     """Chunk ``c``'s tasks (images ``start`` to ``start + count``) on the parts ``members``; the key of its
-    ``categories-c{c}`` task."""
+    ``categories-c{c}`` task (which, with ``keep``, returns the chunk's final activations as a third item)."""
     # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures).
     # One task per part and layer: it computes the layer and packs what others need of it for the next one.
     parts = len(members)
     syncs = set(sync_layers(depth, sync_every))
-    with_block = results is not None and results.activations
+    with_block = keep or (results is not None and results.activations)
     previous: list[str | None] = [None] * parts
     inbox: dict[int, list[tuple[int, str]]] = {q: [] for q in range(parts)}  # (sender, key) for the coming layer
     for p in range(parts):
@@ -46,5 +46,5 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
                                                    (pick, ref(key), r))))
         inbox = coming
     finals = (plan.neurons, plan.last_outputs) if with_block else None
-    return graph.add(members[0], f"categories-c{c}", (categories, start, count, results, finals,
+    return graph.add(members[0], f"categories-c{c}", (categories, start, count, results, finals, keep,
                                                       *(ref(key) for key in previous)))

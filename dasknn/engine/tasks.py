@@ -10,11 +10,11 @@ import scipy.sparse as sp
 from .. import kernels
 from ..errors import DasknnError
 from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
+from .inputs import load_images
 from ..store import (
     LayerStream,
     PartStream,
     ReadAhead,
-    open_inputs,
     open_store,
     read_plan_owners,
     write_chunk_result,
@@ -100,12 +100,6 @@ def load_part_layers(path: str, part: list[PartLayer], first_rows: int, dtype: s
     return out
 
 
-def load_images(path: str, start: int, stop: int, rows: np.ndarray | None, dtype: str, backend: str) -> np.ndarray:
-    block = open_inputs(path).rows(start, stop)
-    yt = kernels.dense_transposed(block, np.dtype(dtype))
-    return kernels.to_device(yt if rows is None else np.ascontiguousarray(yt[rows]), backend)
-
-
 #: Per worker process: the open streams, by spec.
 _STREAMS: dict[StreamSpec, ReadAhead] = {}
 
@@ -166,9 +160,11 @@ def write_part_plan_layer(path: str, plan_path: str, k: int, parts: int) -> np.n
 
 
 def run_segment(weights: list[Block] | LayerStreamSpec, yt: np.ndarray, ids: np.ndarray | int, first: int,
-                last: int, bias: float, ymax: float, final: bool, results: ResultSpec | None = None):
+                last: int, bias: float, ymax: float, final: bool, results: ResultSpec | None = None,
+                keep: tuple[int, int] | None = None):
     # weights: resident blocks, or the spec of a stream that reads the layers from the store as needed
     # ids: the images' original indices, or (first segment) the chunk's first index
+    # keep: the chunk's (first index, images): the last segment also returns the chunk's final activations
     ids = np.arange(ids, ids + yt.shape[1]) if isinstance(ids, int) else ids
     if isinstance(weights, list):
         layers = weights[first - 1:last]
@@ -183,7 +179,15 @@ def run_segment(weights: list[Block] | LayerStreamSpec, yt: np.ndarray, ids: np.
     if results is not None:
         # written by the worker: a stopped run resumes from here
         write_chunk_result(results.path, results.chunk, ids, _rows_of(yt) if results.activations else None)
-    return ids
+    return ids if keep is None else (ids, dense_rows(yt, ids, *keep))
+
+
+def dense_rows(yt, ids: np.ndarray, start: int, count: int) -> np.ndarray:
+    """A chunk's final activations as dense NumPy rows (``count`` images x neurons), its dead images all zero;
+    ``yt`` holds the live images ``ids`` (neurons x images, maybe on a GPU)."""
+    out = np.zeros((count, yt.shape[0]), dtype=yt.dtype)
+    out[ids - start] = kernels.to_host(yt).T
+    return out
 
 
 def _rows_of(yt):
@@ -193,6 +197,11 @@ def _rows_of(yt):
 
 def segment_state(state, part: int):
     return state[part]
+
+
+def leading(out: tuple, n: int):
+    """The first ``n`` items of a task's output (its first item alone when ``n`` is 1)."""
+    return out[0] if n == 1 else out[:n]
 
 
 def _dropped(masks: list[np.ndarray] | None) -> np.ndarray | None:
@@ -304,27 +313,28 @@ def pick(output: tuple, q: int) -> tuple:
     return mask, {q: messages[q]} if q in messages else {}
 
 
-def categories(start: int, count: int, results: ResultSpec | None, finals: tuple | None, *outs: tuple
-               ) -> tuple[np.ndarray, list[int]]:
+def categories(start: int, count: int, results: ResultSpec | None, finals: tuple | None, keep: bool, *outs: tuple
+               ) -> tuple:
     # outs: each part's last step, (its alive masks at every sync layer, its last block or None); replaying the
-    # compactions round by round gives the surviving images' indices
+    # compactions round by round gives the surviving images' indices. With keep, the chunk's final activations
+    # (dense rows) come back too, as a third item
     ids = np.arange(start, start + count)
     alive = []
     rounds = list(zip(*(masks for masks, _ in outs)))
     for masks in rounds:
         ids = ids[_keep(list(masks))]
         alive.append(int(ids.size))
+    yt = _final_block(finals, rounds[-1], [block for _, block in outs]) if finals is not None else None
     if results is not None:
-        rows = None
-        if results.activations:
-            # finals: (neurons, each part's output neurons); the last round's masks say which of the blocks'
-            # images survive
-            neurons, outputs = finals
-            keep = _keep(list(rounds[-1]))
-            blocks = [block for _, block in outs]
-            yt = np.zeros((neurons, int(keep.sum())), dtype=kernels.to_host(blocks[0]).dtype)
-            for out, block in zip(outputs, blocks):
-                yt[out] = kernels.to_host(block)[:, keep]
-            rows = _rows_of(yt)
-        write_chunk_result(results.path, results.chunk, ids, rows)
-    return ids, alive
+        write_chunk_result(results.path, results.chunk, ids, _rows_of(yt) if results.activations else None)
+    return (ids, alive) if not keep else (ids, alive, dense_rows(yt, ids, start, count))
+
+
+def _final_block(finals: tuple, masks: tuple, blocks: list) -> np.ndarray:
+    # finals: (neurons, each part's output neurons); the last round's masks say which of the blocks' images survive
+    neurons, outputs = finals
+    keep = _keep(list(masks))
+    yt = np.zeros((neurons, int(keep.sum())), dtype=kernels.to_host(blocks[0]).dtype)
+    for out, block in zip(outputs, blocks):
+        yt[out] = kernels.to_host(block)[:, keep]
+    return yt

@@ -1,0 +1,204 @@
+"""The Python entry point, :func:`infer`: any network and any batch of images, in memory or stored, to categories.
+
+Importing this module imports neither Dask nor Zarr: they load when :func:`infer` runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import DasknnError
+from .network import Network
+
+if TYPE_CHECKING:
+    from .engine import InferenceResult
+    from .engine.inputs import InputSource
+
+
+def infer(
+    network: str | os.PathLike[str] | Network,
+    images: Any = None,
+    client: Any = None,
+    *,
+    truth: np.ndarray | str | os.PathLike[str] | None = None,
+    dtype: str = "float64",
+    mode: str = "auto",
+    batch: int | None = None,
+    keep_activations: bool = False,
+    partition: str | np.ndarray = "hypergraph",
+    group_size: int | None = None,
+    chunks: int | None = None,
+    segment: int | None = None,
+    sync_every: int = 2,
+    backend: str = "cpu",
+    resident: bool | None = None,
+    keep_layers: int = 2,
+    results: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    messages: str = "compact",
+    explain: bool = False,
+    activations: bool = False,
+    plan_store: str | os.PathLike[str] | None = None,
+    tmpdir: str | os.PathLike[str] | None = None,
+) -> InferenceResult:
+    """Run a sparse network on a batch of images on a Dask cluster; return the categories (0-based).
+
+    Parameters
+    ----------
+    network
+        A dasknn store (a path or a URL), a published GraphChallenge network (``neuron{N}.tar.gz`` or a directory
+        of ``n{N}-l{k}.tsv`` layers, imported into a temporary store first), or an in-memory
+        :class:`dasknn.Network` (written to a temporary store first; see :func:`dasknn.store.write_network`).
+        Temporary stores live under ``tmpdir`` for the call: the workers must be able to read that folder.
+    images
+        The batch, rows are images: None (the inputs stored with the network), a path (an inputs store or a
+        ``sparse-images-{N}.tsv[.gz]`` file), a ``scipy.sparse`` matrix or a NumPy array (scattered to the workers
+        once, each chunk sliced from it there), or a ``dask.array`` whose chunks are NumPy, ``scipy.sparse`` or
+        CuPy arrays. A dask.array is persisted on the workers and consumed chunk by chunk there (its row chunks
+        are the inference's chunks); it is never gathered on the client.
+    client
+        A ``distributed.Client``. When None, a local cluster is started for the call and closed after it.
+    truth
+        The expected categories: an array of **0-based** image indices (as :attr:`categories` holds them and
+        :func:`dasknn.io.read_categories` returns them), or a ``neuron{N}-l{L}-categories.tsv`` file (**1-based**,
+        as published). By default, the truth stored with stored inputs, if any. The result's ``matches_truth``
+        and ``mismatched`` (images in one and not the other) then say how they compare.
+    dtype
+        ``"float64"`` (the published truth is exact in it) or ``"float32"`` (faster; may differ on a few images).
+    mode
+        ``"data"``, ``"model"``, ``"hybrid"`` or ``"auto"`` (see :func:`dasknn.engine.infer`). With images that
+        are not stored, ``"auto"`` picks data mode where a worker can hold the weights, else model mode.
+    batch
+        Use only the first ``batch`` images.
+    keep_activations
+        Keep the final activations on the workers: the result's ``activations`` is then a ``dask.array``
+        (images x neurons, chunked like the batch's rows, each chunk dense NumPy rows, dead images all zero),
+        persisted on the workers, so it composes with ``dask.array`` code and ``to_zarr``. Needs ``client``
+        (a cluster started for the call would take them with it).
+    partition, group_size, chunks, segment, sync_every, backend, resident, keep_layers, results, resume, progress, messages, explain, activations, plan_store
+        As in :func:`dasknn.engine.infer` (``chunks`` is fixed by a dask.array's row chunks; ``explain`` needs
+        stored images).
+    tmpdir
+        Where temporary stores are written (the system's temporary folder by default).
+
+    Returns
+    -------
+    dasknn.engine.InferenceResult
+        ``categories``: the sorted **0-based** indices of the images whose final activations are not all zero
+        (the published files count from 1); the timings; ``matches_truth`` and ``mismatched`` when there is a
+        truth; ``activations`` with ``keep_activations``.
+
+    Examples
+    --------
+    >>> result = dasknn.infer(network, scipy.sparse.csr_matrix(images))  # doctest: +SKIP
+    >>> result.categories  # doctest: +SKIP
+    """
+    from .engine import infer as run
+    from .runtime.recovery import ensure_client
+
+    if keep_activations and client is None:
+        raise DasknnError("keep_activations needs a client: the activations stay on its workers")
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dasknn-", dir=tmpdir)))
+        path = _network_store(network, tmp)
+        client = stack.enter_context(ensure_client(client))
+        inputs, stored = _inputs(images, path, client, tmp, batch)
+        count = None if not isinstance(inputs, str) else batch
+        result = run(path, inputs, client, mode=mode, partition=partition, group_size=group_size, images=count,
+                     chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
+                     resident=resident, keep_layers=keep_layers, results=results, resume=resume, progress=progress,
+                     messages=messages, explain=explain, activations=activations, plan_store=plan_store,
+                     keep_activations=keep_activations)
+        expected = _truth(truth, stored, dtype)
+    if expected is not None:
+        expected = expected[expected < result.images]
+        result.mismatched = int(np.setxor1d(result.categories, expected).size)
+        result.matches_truth = result.mismatched == 0
+    return result
+
+
+def _network_store(network: str | os.PathLike[str] | Network, tmp: Path) -> str:
+    # the network as a store the workers read: as it is, or written into the call's temporary folder
+    from .ingest import import_network
+    from .store import is_store, location, write_network
+
+    if isinstance(network, Network):
+        return str(write_network(tmp / "network.zarr", network))
+    if is_store(network):
+        return str(location(network))
+    return str(import_network(network, tmp / "network.zarr"))
+
+
+def _inputs(images: Any, network: str, client: Any, tmp: Path, batch: int | None) -> tuple[str | InputSource, str | None]:
+    # the engine's inputs (a store path, or a source of arrays on the workers), and the store whose stored truth
+    # applies (None for arrays)
+    from . import io
+    from .store import is_store, location, open_store, write_inputs_store
+
+    if images is None:
+        return network, network
+    if isinstance(images, (str, os.PathLike)):
+        if is_store(images):
+            return str(location(images)), str(location(images))
+        rows = io.read_images(images, neurons=open_store(network, check="metadata").neurons)
+        return str(write_inputs_store(tmp / "inputs.zarr", rows, source=os.fspath(images))), None
+    if hasattr(images, "__dask_graph__"):
+        return _dask_source(images, client, batch), None
+    return _scattered_source(images, client), None
+
+
+def _scattered_source(images: Any, client: Any) -> InputSource:
+    # an in-memory batch: scattered to the workers once, each chunk's task slices its rows there
+    from .engine.inputs import InputSource, ScatteredRows
+
+    if type(images).__module__.startswith("cupy"):
+        images = images.get()  # a CuPy array or cupyx sparse matrix: host memory is what scatters
+    if sp.issparse(images):
+        images = sp.csr_matrix(images)  # row slices are cheap in CSR
+    else:
+        images = np.asarray(images)
+    if images.ndim != 2 or images.shape[0] == 0:
+        raise DasknnError(f"images must be a non-empty 2-D batch (images x neurons), not of shape {images.shape}")
+    [data] = client.scatter([images], broadcast=True, hash=False)
+    return InputSource(ScatteredRows(), int(images.shape[0]), int(images.shape[1]), data=data,
+                       label=f"{type(images).__name__} {images.shape[0]} x {images.shape[1]}")
+
+
+def _dask_source(images: Any, client: Any, batch: int | None) -> InputSource:
+    # a dask.array: persisted on the workers, one row chunk per inference chunk; the client holds only futures
+    from distributed import futures_of
+
+    from .engine.inputs import ChunkRows, InputSource
+
+    if images.ndim != 2 or images.shape[0] == 0:
+        raise DasknnError(f"images must be a non-empty 2-D batch (images x neurons), not of shape {images.shape}")
+    if batch is not None:
+        images = images[:batch]
+    arr = client.persist(images.rechunk({1: -1}))  # whole rows per chunk; a persisted array is kept as it is
+    by_key = {f.key: f for f in futures_of(arr)}
+    data = [by_key[row[0]] for row in arr.__dask_keys__()]
+    edges = np.cumsum((0, *arr.chunks[0]))
+    bounds = [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:])]
+    return InputSource(ChunkRows(), int(arr.shape[0]), int(arr.shape[1]), data=data, bounds=bounds,
+                       label=f"dask.array {arr.shape[0]} x {arr.shape[1]}")
+
+
+def _truth(truth: Any, stored: str | None, dtype: str) -> np.ndarray | None:
+    # the expected categories as sorted 0-based indices: given (array 0-based, file 1-based) or stored
+    from . import io
+    from .store import open_inputs
+
+    if truth is None:
+        return None if stored is None else open_inputs(stored).truth(dtype)
+    if isinstance(truth, (str, os.PathLike)):
+        return io.read_categories(truth)
+    return np.unique(np.asarray(truth, dtype=np.int64))

@@ -1,0 +1,148 @@
+"""The Python API, :func:`dasknn.infer`: every kind of network and batch, the truth check, the activations."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import dasknn
+from dasknn import io, reference
+from dasknn.errors import DasknnError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def slice_images(slice_paths) -> sp.csr_matrix:
+    return io.read_images(slice_paths["images"], neurons=1024)
+
+
+@pytest.fixture(scope="module")
+def slice_final(slice_paths, slice_images) -> np.ndarray:
+    """The reference's final activations of the slice, float64, dense."""
+    net = io.read_network(slice_paths["network"])
+    return reference.infer(net.layers, slice_images, net.bias, net.ymax, dtype=np.float64).toarray()
+
+
+def test_signature_and_docstring():
+    params = list(inspect.signature(dasknn.infer).parameters)
+    assert params[:3] == ["network", "images", "client"]
+    assert "truth" in params and "dtype" in params and "mode" in params
+    doc = dasknn.infer.__doc__
+    assert "0-based" in doc and "1-based" in doc and "dask.array" in doc
+
+
+def _images(kind: str, slice_paths, slice_store, slice_images):
+    import dask.array as da
+
+    if kind == "store":
+        return slice_store
+    if kind == "tsv":
+        return slice_paths["images"]
+    if kind == "scipy.sparse":
+        return slice_images
+    if kind == "numpy":
+        return slice_images.toarray()
+    if kind == "dask-numpy":
+        return da.from_array(slice_images.toarray(), chunks=(300, 1024))
+    return da.from_array(slice_images, chunks=(250, 1024), asarray=False)  # scipy.sparse chunks
+
+
+@pytest.mark.parametrize("kind", ["store", "tsv", "scipy.sparse", "numpy", "dask-numpy", "dask-scipy.sparse"])
+def test_every_input_kind_matches_the_truth(kind, slice_paths, slice_store, slice_images, slice_truth, client):
+    images = _images(kind, slice_paths, slice_store, slice_images)
+    result = dasknn.infer(slice_store, images, client, truth=slice_truth, mode="data")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    assert result.matches_truth is True and result.mismatched == 0
+    assert result.images == 1000
+
+
+@pytest.mark.parametrize("mode", ["data", "model"])
+def test_networks_in_memory_and_published(mode, slice_paths, slice_images, slice_truth, client):
+    net = io.read_network(slice_paths["network"])
+    for network in (net, slice_paths["network"]):
+        result = dasknn.infer(network, slice_images, client, truth=slice_paths["truth"], mode=mode)
+        np.testing.assert_array_equal(result.categories, slice_truth)
+        assert result.matches_truth
+
+
+@pytest.mark.parametrize("mode", ["data", "model"])
+def test_activations_are_a_persisted_dask_array(mode, slice_store, slice_images, slice_final, client):
+    import dask.array as da
+    from distributed import futures_of
+
+    images = da.from_array(slice_images, chunks=(400, 1024), asarray=False)
+    result = dasknn.infer(slice_store, images, client, mode=mode, keep_activations=True)
+    act = result.activations
+    assert isinstance(act, da.Array)
+    assert act.chunks == ((400, 400, 200), (1024,))
+    assert len(futures_of(act)) == 3  # persisted: every chunk is a future on the workers
+    np.testing.assert_array_equal(act.compute(), slice_final)
+    # it composes with dask.array code
+    np.testing.assert_array_equal((act.sum(axis=1) > 0).nonzero()[0].compute(), result.categories)
+
+
+def test_dask_array_is_never_gathered(monkeypatch, slice_store, slice_images, slice_truth, client):
+    import dask.array as da
+
+    from dasknn.engine.inputs import load_images
+    from dasknn.runtime.graph import PinnedGraph
+
+    images = client.persist(da.from_array(slice_images.toarray(), chunks=(250, 1024)))
+    chunk_keys = {row[0] for row in images.__dask_keys__()}
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the dask.array was brought to the client")
+
+    monkeypatch.setattr(da.Array, "compute", refuse)
+    monkeypatch.setattr(da.Array, "__array__", refuse)
+    graphs = []
+    submit = PinnedGraph.submit
+
+    def recording(self, c, keys):
+        graphs.append(dict(task for d in self.by_worker.values() for task in d.items()))
+        return submit(self, c, keys)
+
+    monkeypatch.setattr(PinnedGraph, "submit", recording)
+    result = dasknn.infer(slice_store, images, client, truth=slice_truth, mode="data")
+    assert result.matches_truth
+    loads = {k: t for g in graphs for k, t in g.items() if isinstance(k, str) and k.startswith("images-c")}
+    assert len(loads) == 4
+    # each image-loading task takes one of the array's chunks, a future of its persisted key
+    assert all(t[0] is load_images for t in loads.values())
+    assert {t[2].key for t in loads.values()} == chunk_keys
+
+
+def test_truth_mismatch_is_reported(slice_store, slice_images, slice_truth, client):
+    wrong = slice_truth[1:]  # one image missing
+    result = dasknn.infer(slice_store, slice_images, client, truth=wrong, mode="data")
+    assert result.matches_truth is False and result.mismatched == 1
+    np.testing.assert_array_equal(result.categories, slice_truth)
+
+
+def test_bad_batches_are_refused(slice_store, client):
+    with pytest.raises(DasknnError, match="pixels per image"):
+        dasknn.infer(slice_store, np.ones((4, 10)), client)
+    with pytest.raises(DasknnError, match="keep_activations needs a client"):
+        dasknn.infer(slice_store, keep_activations=True)
+
+
+def _readme_snippets() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+@pytest.mark.parametrize("i", range(len(_readme_snippets())))
+def test_readme_python_snippets_run_as_scripts(i, tmp_path):
+    script = tmp_path / "snippet.py"
+    script.write_text(_readme_snippets()[i])
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
