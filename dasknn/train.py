@@ -21,7 +21,7 @@ Gradients
 ---------
 With ``delta_k = dL/dY_k * h'(Z_k)`` (``h'`` is 1 where the output is strictly between 0 and ``ymax``), the
 weight gradient of a stored entry ``(i, j)`` is ``sum_b Y_{k-1}[i, b] * delta_k[j, b]`` (computed only at the
-pattern, by a Numba kernel), and the error passed down is ``W_k @ delta_k``.
+pattern, by :mod:`dasknn.kernels.grad`), and the error passed down is ``W_k @ delta_k``.
 
 Modes on Dask
 -------------
@@ -58,12 +58,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
 from . import kernels, modes
 from .errors import DasknnError
+from .kernels import back_input, weight_grad  # dispatched by array type (NumPy: Numba; CuPy: CUDA)
 from .network import Network, as_csc_layer
 from .runtime import metrics
 from .runtime.graph import PinnedGraph, ref, tree_sum
@@ -82,48 +82,6 @@ OPT_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
 
 
 # --- kernels on raw arrays ------------------------------------------------------------------------------------
-
-
-@numba.njit(cache=True, nogil=True)
-def _wgrad_numba(indptr, indices, xin, delta, out):  # pragma: no cover - compiled
-    # out[p] = sum_b xin[indices[p], b] * delta[j, b] for the stored entries p of column j
-    nb = xin.shape[1]
-    for j in range(indptr.size - 1):
-        for p in range(indptr[j], indptr[j + 1]):
-            s = 0.0
-            row = xin[indices[p]]
-            d = delta[j]
-            for b in range(nb):
-                s += row[b] * d[b]
-            out[p] = s
-
-
-@numba.njit(cache=True, nogil=True)
-def _backin_numba(indptr, indices, data, delta, out):  # pragma: no cover - compiled
-    # out[i, :] += data[p] * delta[j, :]  (out = W_block @ delta)
-    nb = delta.shape[1]
-    for j in range(indptr.size - 1):
-        d = delta[j]
-        for p in range(indptr[j], indptr[j + 1]):
-            w = data[p]
-            o = out[indices[p]]
-            for b in range(nb):
-                o[b] += w * d[b]
-
-
-def weight_grad(indptr: np.ndarray, indices: np.ndarray, xin: np.ndarray, delta: np.ndarray) -> np.ndarray:
-    """Gradient values at the stored pattern: ``sum_b xin[i, b] * delta[j, b]`` for every stored ``(i, j)``."""
-    out = np.empty(indices.size, dtype=np.float64)
-    _wgrad_numba(indptr, indices, np.ascontiguousarray(xin, dtype=np.float64),
-                 np.ascontiguousarray(delta, dtype=np.float64), out)
-    return out
-
-
-def back_input(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, delta: np.ndarray, n_in: int) -> np.ndarray:
-    """The error passed to the inputs: ``W_block @ delta`` (``n_in x batch``)."""
-    out = np.zeros((n_in, delta.shape[1]), dtype=np.float64)
-    _backin_numba(indptr, indices, data, np.ascontiguousarray(delta, dtype=np.float64), out)
-    return out
 
 
 def forward_layer(xin, indptr, indices, data, bias: float, ymax: float) -> np.ndarray:
