@@ -239,14 +239,15 @@ def test_cli_parsers(tmp_path, capsys):
     import json
 
     from dasknn import store
+    from dasknn.cli import train as cli_train
 
     x, y = toy_data(60)
     np.savez(tmp_path / "d.npz", x=x, y=y)
     store.write_network(tmp_path / "n.zarr", __import__("dasknn").network.Network(random_layers(), 0.0))
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="command")
-    tr.add_train_parser(sub)
-    tr.add_import_weights_parser(sub)
+    cli_train.add_train_parser(sub)
+    cli_train.add_import_weights_parser(sub)
     args = p.parse_args(["train", "--network", str(tmp_path / "n.zarr"), "--data", str(tmp_path / "d.npz"),
                          "--epochs", "2", "--batch", "16", "--mode", "single", "--json"])
     assert args.func(args) == 0
@@ -258,7 +259,7 @@ def test_cli_parsers(tmp_path, capsys):
     args = p.parse_args(["train", "--network", "n.zarr", "--mode", "hybrid", "--workers", "4", "--group-size", "2"])
     assert args.mode == "hybrid" and args.group_size == 2
     args = p.parse_args(["import-weights", "m.npz", "--sparsity", "0.5", "--out", "o.zarr"])
-    assert args.sparsity == 0.5 and args.func is tr.run_import_weights
+    assert args.sparsity == 0.5 and args.func is cli_train.run_import_weights
 
 
 def test_user_errors():

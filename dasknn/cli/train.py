@@ -1,25 +1,105 @@
-"""``dasknn train`` and ``dasknn import-weights``: their parsers and runs live in :mod:`dasknn.train`."""
+"""``dasknn train`` and ``dasknn import-weights``: their options and runs (the work is :mod:`dasknn.train`'s)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 
+from ..cluster import add_tls_arguments, local_client, tls_options
 from ..errors import DasknnError
+from ..train import MODES, OPTIMIZERS, import_weights, train
 from .common import check_report, performance_report, positive_int
+
+
+def add_train_parsers(sub) -> None:
+    """Add ``train`` and ``import-weights`` to a subparsers object."""
+    add_train_parser(sub)
+    add_import_weights_parser(sub)
+
+
+def add_train_parser(subparsers) -> None:
+    """Add ``dasknn train`` to an argparse subparsers object."""
+    p = subparsers.add_parser("train", help="train a sparse network (fixed pattern) with a dense classifier head")
+    p.add_argument("--network", required=True, metavar="STORE", help="a dasknn store: the fixed sparsity pattern")
+    p.add_argument("--data", default="digits", help="digits (scikit-learn) or an .npz with arrays x and y")
+    p.add_argument("--epochs", type=int, default=5, help="passes over the training set (default 5)")
+    p.add_argument("--batch", type=int, default=64, help="images per step (default 64)")
+    p.add_argument("--lr", type=float, default=1e-3, help="learning rate (default 1e-3)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
+                   help="optimiser; its state is stored for the nonzeros only (default adam)")
+    p.add_argument("--mode", choices=MODES, default="model",
+                   help="single process, data (replicas all-reduce gradient values), model (partitioned layers; "
+                        "default) or hybrid (groups split the batch, model mode in each)")
+    p.add_argument("--partition", default="hypergraph", metavar="METHOD",
+                   help="model mode: partition method or owners .npy (default hypergraph)")
+    p.add_argument("--workers", type=positive_int, default=2, help="replicas, parts, or groups x parts (default 2)")
+    p.add_argument("--group-size", type=int, default=None, metavar="G",
+                   help="hybrid mode: parts per group; the groups split each batch (default 2 where it divides)")
+    p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler")
+    add_tls_arguments(p)
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="write a checkpoint every N steps")
+    p.add_argument("--checkpoint", default=None, metavar="STORE", help="the checkpoint (a Zarr group, written atomically)")
+    p.add_argument("--resume", action="store_true", help="continue exactly from --checkpoint")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--report", metavar="PATH.html", help="write Dask's performance report of the training to this HTML file")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initialisation, split and shuffling (default 0)")
+    p.add_argument("--bias", type=float, default=0.0, help="the fixed scalar bias of the sparse layers")
+    p.add_argument("--init", choices=("he", "keep"), default="he",
+                   help="he: re-initialise the stored values (He, seeded); keep: train from the stored values")
+    p.set_defaults(func=cmd_train)
+
+
+def run_train(args) -> int:
+    """``dasknn train``: run, print the figures (JSON with ``--json``), return the exit code."""
+    common = dict(epochs=args.epochs, batch=args.batch, lr=args.lr, optimizer=args.optimizer, mode=args.mode,
+                  partition=args.partition, workers=args.workers, group_size=args.group_size,
+                  checkpoint_every=args.checkpoint_every,
+                  checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, bias=args.bias, init=args.init)
+    tls = getattr(args, "tls", False) or getattr(args, "tls_ca", None)
+    if args.mode != "single" and (getattr(args, "scheduler", None) or tls):
+        with local_client(workers=None if args.scheduler else min(args.workers, os.cpu_count() or 1),
+                          scheduler=args.scheduler, **tls_options(args)) as c:
+            result = train(args.network, args.data, client=c, **common)
+    else:
+        result = train(args.network, args.data, **common)
+    s = result.summary()
+    if args.json:
+        print(json.dumps(s))
+    else:
+        print(f"{s['steps']} steps in {s['seconds']:.2f} s ({s['mode']}, {s['workers']} workers): "
+              f"train loss {s['train_loss']:.4f}, test accuracy {100 * s['test_accuracy']:.2f} %, "
+              f"state {s['state_bytes']:,} B (dense with mask {s['dense_masked_state_bytes']:,} B), "
+              f"{s['bytes_sent_per_step']:,.0f} B sent per step")
+    return 0
+
+
+def add_import_weights_parser(subparsers) -> None:
+    """Add ``dasknn import-weights`` to an argparse subparsers object."""
+    p = subparsers.add_parser("import-weights", help="dense weights (.npz, or .pt with PyTorch) pruned by magnitude "
+                                                      "into a store")
+    p.add_argument("model", metavar="MODEL.npz|MODEL.pt")
+    p.add_argument("--sparsity", type=float, default=None, help="share of zeros; default: keep the zeros given")
+    p.add_argument("--out", required=True, metavar="STORE")
+    p.add_argument("--bias", type=float, default=0.0)
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=run_import_weights)
+
+
+def run_import_weights(args) -> int:
+    """``dasknn import-weights``: write the store, print its path, return the exit code."""
+    path = import_weights(args.model, args.out, args.sparsity, bias=args.bias, overwrite=args.overwrite)
+    print(path)
+    return 0
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``dasknn train``, inside Dask's performance report when ``--report`` is given."""
-    from ..train import run_train
-
     if not args.report:
         return run_train(args)
     if args.mode == "single":
         raise DasknnError("--report records Dask tasks: use it with --mode data or model, not single")
     check_report(args.report)
-    from ..cluster import local_client, tls_options
-
     # the report is drawn by the scheduler, so training runs on a cluster opened here, whose scheduler we hold
     with local_client(workers=None if args.scheduler else min(args.workers, os.cpu_count() or 1),
                       scheduler=args.scheduler, **tls_options(args)) as client, performance_report(args.report, client):
@@ -28,15 +108,3 @@ def cmd_train(args: argparse.Namespace) -> int:
             sec = client.security
             args.tls_ca, args.tls_cert, args.tls_key = sec.tls_ca_file, sec.tls_client_cert, sec.tls_client_key
         return run_train(args)
-
-
-def add_train_parsers(sub) -> None:
-    """Add ``train`` and ``import-weights`` (as :mod:`dasknn.train` defines them) to a subparsers object."""
-    from .. import train
-
-    train.add_train_parser(sub)
-    sub.choices["train"].set_defaults(func=cmd_train)
-    for action in sub.choices["train"]._actions:  # --workers 0 refused by the parser, as for every command
-        if "--workers" in action.option_strings:
-            action.type = positive_int
-    train.add_import_weights_parser(sub)

@@ -1,0 +1,329 @@
+"""The training driver: :func:`train` checks its arguments, loads the data and the model, runs the steps in one
+process or on Dask (data, model or hybrid mode) in chunks with checkpoints, and restarts from the last checkpoint
+when a worker is lost."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from .. import modes
+from ..errors import DasknnError
+from ..network import Network
+from ..runtime import metrics
+from ..runtime.recovery import await_workers, ensure_client, worker_lost
+from .checkpoint import load_checkpoint, save_checkpoint
+from .data import load_data, schedule, split
+from .data_mode import DataRunner
+from .model import Model, accuracy, init_model, sgd_step
+from .model_mode import ModelRunner
+
+MODES = modes.TRAINING
+#: Times a run rebuilds itself after losing a worker before it gives up.
+MAX_RESTARTS = 3
+#: Seconds a training run waits after losing workers for as many to be back before it restarts.
+AWAIT_WORKERS_SECONDS = 30.0
+
+
+@dataclass
+class TrainResult:
+    """What a training run did and measured."""
+
+    model: Model
+    mode: str
+    workers: int
+    steps: int
+    seconds: float
+    losses: list[float]
+    train_loss: float
+    test_accuracy: float
+    train_accuracy: float
+    bytes_sent: int = 0
+    partition: str = ""
+    restarts: int = 0
+    group_size: int = 0
+
+    @property
+    def bytes_sent_per_step(self) -> float:
+        return self.bytes_sent / self.steps if self.steps else 0.0
+
+    def summary(self) -> dict:
+        """The figures ``dasknn train --json`` prints."""
+        return {"mode": self.mode, "workers": self.workers, "partition": self.partition, "steps": self.steps,
+                "seconds": round(self.seconds, 4),
+                "steps_per_second": round(self.steps / self.seconds, 3) if self.seconds > 0 else None,
+                "train_loss": self.train_loss, "train_accuracy": self.train_accuracy,
+                "test_accuracy": self.test_accuracy, "state_bytes": self.model.state_bytes(),
+                "dense_masked_state_bytes": self.model.dense_masked_state_bytes(),
+                "bytes_sent_per_step": self.bytes_sent_per_step, "optimizer": self.model.optimizer,
+                "group_size": self.group_size, "restarts": self.restarts}
+
+
+def layers_of(network) -> tuple[list[sp.csc_matrix], str | None]:
+    """The sparse layers of a store path, a :class:`~dasknn.network.Network` or a list, and the store's path."""
+    if isinstance(network, Network):
+        return list(network.layers), None
+    if isinstance(network, (list, tuple)):
+        return list(network), None
+    from ..store import open_store
+
+    path = str(Path(network).resolve())
+    return open_store(path).network().layers, path
+
+
+def check_arguments(mode: str, epochs: int, batch: int, lr: float, workers: int, group_size: int | None,
+                    checkpoint_every: int, checkpoint, resume: bool) -> int:
+    """Refuse what cannot run (one line each); return the parts per group (1 outside model and hybrid mode)."""
+    if mode not in MODES:
+        raise DasknnError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if epochs < 1 or batch < 1 or workers < 1 or not lr > 0:
+        raise DasknnError("--epochs, --batch and --workers must be at least 1 and --lr positive")
+    parts = {"single": 1, "data": 1, "model": workers}.get(mode) or group_size or (
+        2 if workers % 2 == 0 and workers >= 4 else workers)
+    if parts < 1 or workers % parts:
+        raise DasknnError(f"--group-size {parts} must divide the {workers} workers")
+    if (checkpoint_every or resume) and checkpoint is None:
+        raise DasknnError("--checkpoint-every and --resume need --checkpoint STORE")
+    return parts
+
+
+def chunk_bounds(start: int, todo: int, chunk: int, checkpoint_every: int) -> Iterator[tuple[int, int]]:
+    """``(a, b)`` ranges of the ``todo`` steps left (the run is at step ``start``): at most ``chunk`` steps each,
+    ending on every multiple of ``checkpoint_every`` so a checkpoint falls between two chunks."""
+    size = checkpoint_every if checkpoint_every else chunk
+    at = 0
+    while at < todo:
+        step0 = start + at
+        stop = min(todo, at + min(chunk, size - step0 % size if checkpoint_every else chunk))
+        yield at, stop
+        at = stop
+
+
+@dataclass(frozen=True)
+class _Job:
+    """The steps to run and what to do between chunks (the same in every mode)."""
+
+    xt: np.ndarray
+    labels: np.ndarray
+    todo: list[np.ndarray]
+    chunks: list[tuple[int, int]]
+    lr: float
+    checkpoint: str | os.PathLike[str] | None
+    checkpoint_every: int
+    seed: int
+    progress: Callable[[int], None] | None
+
+
+@dataclass
+class _Outcome:
+    model: Model
+    losses: list[float]
+    seconds: float
+    bytes_sent: int = 0
+    restarts: int = 0
+
+
+def _start_model(layers, classes: int, neurons: int, checkpoint, resume: bool, **init) -> Model:
+    # a resumed run continues from the checkpoint, which must be of this network and optimiser
+    if resume and checkpoint is not None and Path(checkpoint).exists():
+        model, _ = load_checkpoint(checkpoint)
+        if model.optimizer != init["optimizer"] or model.depth != len(layers) or model.neurons != neurons:
+            raise DasknnError("the checkpoint was made with another network or optimiser", checkpoint)
+        return model
+    return init_model(layers, classes, **init)
+
+
+def _run_single(model: Model, job: _Job) -> _Outcome:
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    for a, b in job.chunks:
+        for idx in job.todo[a:b]:
+            losses.append(sgd_step(model, np.ascontiguousarray(job.xt[:, idx]), job.labels[idx], job.lr))
+        if job.checkpoint_every and model.step % job.checkpoint_every == 0:
+            save_checkpoint(job.checkpoint, model, {"seed": job.seed})
+        if job.progress is not None:
+            job.progress(model.step)
+    return _Outcome(model, losses, time.perf_counter() - t0)
+
+
+def _owners(layers, partition, parts: int, path: str | None, seed: int) -> tuple[np.ndarray, str]:
+    # model and hybrid mode: the owner of every neuron, and the partition's name in the figures
+    from ..partition import partition_network
+
+    if isinstance(partition, np.ndarray):
+        return partition, "given"
+    if parts == 1:
+        return np.zeros((len(layers) + 1, int(layers[0].shape[0])), dtype=np.int32), "single"
+    if path is not None:
+        from ..engine import resolve_partition
+
+        return resolve_partition(path, partition, parts, seed), str(partition)
+    return partition_network(layers, parts, str(partition), seed=seed), str(partition)
+
+
+def _runner_factory(client, mode: str, workers: int, parts: int, plan, job: _Job):
+    # builds the runner on the workers there are now (again after a loss): replicas and parts round-robin
+    def start(m: Model):
+        names = sorted(client.nthreads())
+        if not names:
+            raise DasknnError("the Dask cluster has no workers")
+        ws = [names[i % len(names)] for i in range(workers)]
+        if mode == "data":
+            return DataRunner(client, ws, m, job.xt, job.labels), len(names)
+        return ModelRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, plan, job.xt,
+                           job.labels), len(names)
+
+    return start
+
+
+def _run_on_cluster(client, start_on_cluster, model: Model, job: _Job) -> _Outcome:
+    """Run the chunks on Dask; after a lost worker, rebuild from this run's last checkpoint (or its start)."""
+    runner, n_workers = start_on_cluster(model)
+    sent0 = client.run(metrics.bytes_sent)
+    t0 = time.perf_counter()
+    done, chunks = model.step, job.chunks
+    at_chunk = {a: i for i, (a, _) in enumerate(chunks)}
+    saved = False  # whether this run has written a checkpoint to restart from
+    losses: list[float] = []
+    i = restarts = 0
+    while True:
+        try:
+            if i == len(chunks):
+                # the figures before the model comes back to the client (the gather is counted as sent)
+                seconds = time.perf_counter() - t0
+                sent1 = client.run(metrics.bytes_sent)
+                final = runner.model()
+                break
+            a, b = chunks[i]
+            out = runner.run(job.todo[a:b], job.lr, done + a)
+            if job.checkpoint_every and (done + b) % job.checkpoint_every == 0:
+                save_checkpoint(job.checkpoint, runner.model(), {"seed": job.seed})
+                saved = True
+        except Exception as e:
+            if not worker_lost(client, set(runner.workers), e):
+                raise
+            restarts += 1
+            if restarts > MAX_RESTARTS:
+                raise DasknnError(f"workers were lost {restarts} times during training; giving up") from e
+            runner.cancel()
+            # a nanny restarts a killed worker; after the wait, carry on with the workers there are
+            await_workers(client, n_workers, AWAIT_WORKERS_SECONDS)
+            back = load_checkpoint(job.checkpoint)[0] if saved else model
+            losses = losses[:back.step - done]
+            i = at_chunk.get(back.step - done, len(chunks))
+            runner, n_workers = start_on_cluster(back)
+            continue
+        losses += out
+        i += 1
+        if job.progress is not None:
+            job.progress(done + b)
+    # a lost worker's counter is lost with it; a restarted one counts from zero
+    sent = sum(sent1[w] - sent0.get(w, 0) for w in sent1)
+    return _Outcome(final, losses, seconds, sent, restarts)
+
+
+def train(
+    network,
+    data="digits",
+    *,
+    epochs: int = 1,
+    batch: int = 64,
+    lr: float = 0.01,
+    optimizer: str = "sgd",
+    mode: str = "model",
+    partition: str | np.ndarray = "hypergraph",
+    workers: int = 2,
+    group_size: int | None = None,
+    client=None,
+    checkpoint_every: int = 0,
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    seed: int = 0,
+    bias: float = 0.0,
+    ymax: float = math.inf,
+    init: str = "he",
+    max_steps: int | None = None,
+    test_share: float = 0.2,
+    chunk: int = 50,
+    progress: Callable[[int], None] | None = None,
+) -> TrainResult:
+    """Train a sparse network (fixed pattern) with a dense classifier head; see the module's description.
+
+    Parameters
+    ----------
+    network
+        A store path, a :class:`~dasknn.network.Network` or a list of sparse layers (only the pattern matters
+        with ``init="he"``).
+    data
+        ``"digits"`` (needs 1024 neurons and scikit-learn), an ``.npz`` with ``x`` (images x neurons) and ``y``,
+        or a pair ``(x, y)``. A seeded ``test_share`` is held out.
+    mode
+        ``"single"`` (this process, no Dask), ``"data"``, ``"model"`` or ``"hybrid"``.
+    workers
+        Replicas (data), parts (model) or groups x parts (hybrid), mapped round-robin onto the cluster's
+        workers.
+    group_size
+        Hybrid mode: parts per group (2 by default where the workers divide evenly); the groups split each
+        batch.
+    checkpoint, checkpoint_every, resume
+        Save the model (atomically) every ``checkpoint_every`` steps and at the end; with ``resume``, continue
+        from the checkpoint: the batches depend only on the seed and the step, so the result is that of an
+        uninterrupted run.
+    max_steps
+        Stop after this many steps in all (of the ``epochs`` scheduled).
+    chunk
+        Steps per submitted task graph.
+    progress
+        Called with the number of steps done (in all) after every chunk.
+
+    Notes
+    -----
+    If a worker leaves the cluster during a Dask run (killed, or lost with its node), the run rebuilds itself
+    on the workers there are (waiting up to 30 s for a nanny to restart the lost one) from the last checkpoint
+    written by this run, or from the start without one, at most :data:`MAX_RESTARTS` times: the result is that
+    of an uninterrupted run.
+    """
+    parts = check_arguments(mode, epochs, batch, lr, workers, group_size, checkpoint_every, checkpoint, resume)
+    layers, path = layers_of(network)
+    neurons = int(layers[0].shape[0])
+    x, y = load_data(data, neurons)
+    x_tr, y_tr, x_te, y_te = split(x, y, test_share, seed)
+    model = _start_model(layers, int(y.max()) + 1, neurons, checkpoint, resume, seed=seed, init=init, bias=bias,
+                         ymax=ymax, optimizer=optimizer)
+    todo = schedule(len(y_tr), batch, epochs, seed)[:max_steps][model.step:]
+    if mode != "single" and client is None:
+        with ensure_client(workers=min(workers, os.cpu_count() or 1)) as c:
+            return train(network if path is None else path, data, epochs=epochs, batch=batch, lr=lr,
+                         optimizer=optimizer, mode=mode, partition=partition, workers=workers, client=c,
+                         checkpoint_every=checkpoint_every, checkpoint=checkpoint, resume=resume, seed=seed,
+                         bias=bias, ymax=ymax, init=init, max_steps=max_steps, test_share=test_share,
+                         chunk=chunk, group_size=group_size, progress=progress)
+    job = _Job(np.ascontiguousarray(x_tr.T), y_tr, todo, list(chunk_bounds(model.step, len(todo), chunk,
+                                                                                 checkpoint_every)),
+               lr, checkpoint, checkpoint_every, seed, progress)
+    part_name = ""
+    if mode == "single":
+        run = _run_single(model, job)
+    else:
+        plan = None
+        if mode != "data":
+            from ..plan import build_plan
+
+            owners, part_name = _owners(layers, partition, parts, path, seed)
+            plan = build_plan(layers, owners)  # computed once: a restart after a lost worker reuses it
+        run = _run_on_cluster(client, _runner_factory(client, mode, workers, parts, plan, job), model, job)
+    if checkpoint is not None and todo:
+        save_checkpoint(checkpoint, run.model, {"seed": seed})
+    return TrainResult(model=run.model, mode=mode, workers=1 if mode == "single" else workers, steps=len(todo),
+                       seconds=run.seconds, losses=[float(v) for v in run.losses],
+                       train_loss=float(np.mean(run.losses[-10:])) if run.losses else float("nan"),
+                       test_accuracy=accuracy(run.model, np.ascontiguousarray(x_te.T), y_te),
+                       train_accuracy=accuracy(run.model, job.xt, y_tr), bytes_sent=run.bytes_sent,
+                       partition=part_name, restarts=run.restarts, group_size=parts if mode == "hybrid" else 0)
