@@ -283,3 +283,66 @@ def test_digits_learn_in_data_mode(client):
                  mode="data", workers=2, client=client, seed=0)
     assert r.test_accuracy >= 0.95
     assert r.bytes_sent_per_step > 0
+
+
+def _numpy_cupy():
+    # a stand-in CuPy backed by NumPy: backend="gpu" runs its device path (arrays moved, steps, moved back)
+    import types
+
+    fake = types.ModuleType("cupy")
+    for name in ("asarray", "ascontiguousarray", "concatenate", "float64", "exp", "log", "maximum", "arange", "sqrt"):
+        setattr(fake, name, getattr(np, name))
+    return fake
+
+
+@pytest.mark.parametrize("mode,workers", [("single", 1), ("data", 2)])
+def test_gpu_backend_path_with_numpy_standin(client, monkeypatch, mode, workers, single_runs):
+    import sys
+
+    fake = _numpy_cupy()
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    assert tr.device.array_module(np.zeros(1)) is np and tr.device.array_module([0.0]) is fake
+    run = small_run(mode, workers, client if mode == "data" else None, backend="gpu")
+    single = single_runs["momentum"]
+    for a, b in zip(run.model.params + run.model.slots[0], single.model.params + single.model.slots[0]):
+        assert isinstance(a, np.ndarray) and rel(a, b) < 1e-12
+    assert np.allclose(run.losses, single.losses, rtol=1e-12)
+
+
+def test_gpu_without_cupy_or_in_model_mode_is_one_line(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from dasknn import cli, store
+    from dasknn.errors import DasknnError
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # importing it raises ImportError
+    with pytest.raises(DasknnError, match="--gpu needs CuPy"):
+        tr.train(random_layers(), toy_data(), mode="single", backend="gpu")
+    with pytest.raises(DasknnError, match="single or data mode"):
+        tr.train(random_layers(), toy_data(), mode="model", backend="gpu")
+    store.write_network(tmp_path / "n.zarr", __import__("dasknn").network.Network(random_layers(), 0.0))
+    x, y = toy_data(60)
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    code = cli.main(["train", "--network", str(tmp_path / "n.zarr"), "--data", str(tmp_path / "d.npz"),
+                     "--mode", "single", "--gpu"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--gpu needs CuPy" in err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_training_step_on_cupy_matches_the_cpu_step(optimizer):
+    cupy = pytest.importorskip("cupy")
+    x, y = toy_data()
+    host = tr.init_model(random_layers(), C, seed=3, bias=-0.05, ymax=1.5, optimizer=optimizer)
+    device = host.on("gpu")
+    xt = x.T.copy()
+    for _ in range(3):
+        want = tr.sgd_step(host, xt, y, 0.05)
+        got = tr.sgd_step(device, cupy.asarray(xt), cupy.asarray(y), 0.05)
+        assert got == pytest.approx(want, rel=1e-5)
+    assert isinstance(device.params[0], cupy.ndarray)
+    back = device.on("cpu")
+    for a, b in zip(back.params + [s for slot in back.slots for s in slot],
+                    host.params + [s for slot in host.slots for s in slot]):
+        assert isinstance(a, np.ndarray) and rel(a, b) < 1e-5

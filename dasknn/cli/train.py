@@ -41,6 +41,8 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="write a checkpoint every N steps")
     p.add_argument("--checkpoint", default=None, metavar="STORE", help="the checkpoint (a Zarr group, written atomically)")
     p.add_argument("--resume", action="store_true", help="continue exactly from --checkpoint")
+    p.add_argument("--gpu", action="store_true",
+                   help="train on GPUs (single or data mode): the same step on CuPy arrays with the CUDA kernels")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--report", metavar="PATH.html", help="write Dask's performance report of the training to this HTML file")
     p.add_argument("--seed", type=int, default=0, help="seed of the initialisation, split and shuffling (default 0)")
@@ -55,11 +57,12 @@ def run_train(args) -> int:
     common = dict(epochs=args.epochs, batch=args.batch, lr=args.lr, optimizer=args.optimizer, mode=args.mode,
                   partition=args.partition, workers=args.workers, group_size=args.group_size,
                   checkpoint_every=args.checkpoint_every,
-                  checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, bias=args.bias, init=args.init)
+                  checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, bias=args.bias, init=args.init,
+                  backend="gpu" if args.gpu else "cpu")
     tls = getattr(args, "tls", False) or getattr(args, "tls_ca", None)
     if args.mode != "single" and (getattr(args, "scheduler", None) or tls):
         with local_client(workers=None if args.scheduler else min(args.workers, os.cpu_count() or 1),
-                          scheduler=args.scheduler, **tls_options(args)) as c:
+                          scheduler=args.scheduler, gpu=args.gpu, **tls_options(args)) as c:
             result = train(args.network, args.data, client=c, **common)
     else:
         result = train(args.network, args.data, **common)
@@ -102,7 +105,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_report(args.report)
     # the report is drawn by the scheduler, so training runs on a cluster opened here, whose scheduler we hold
     with local_client(workers=None if args.scheduler else min(args.workers, os.cpu_count() or 1),
-                      scheduler=args.scheduler, **tls_options(args)) as client, performance_report(args.report, client):
+                      scheduler=args.scheduler, gpu=args.gpu, **tls_options(args)) as client, \
+            performance_report(args.report, client):
         args.scheduler = client.scheduler.address
         if client.security is not None and client.security.require_encryption:  # --tls: connect with its files
             sec = client.security

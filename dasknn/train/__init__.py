@@ -57,6 +57,7 @@ from __future__ import annotations
 from ..kernels import back_input, weight_grad
 from .checkpoint import load_checkpoint, save_checkpoint
 from .data import load_data, load_digits_1024, schedule, split
+from .device import BACKENDS, array_module
 from .driver import AWAIT_WORKERS_SECONDS, MAX_RESTARTS, MODES, TrainResult, train
 from .model import (
     ADAM,
@@ -79,7 +80,7 @@ from .model_mode import join_model, split_model
 from .weights import import_weights
 
 __all__ = [
-    "ADAM", "AWAIT_WORKERS_SECONDS", "MAX_RESTARTS", "MODES", "MOMENTUM", "OPTIMIZERS", "OPT_SLOTS", "Model",
+    "ADAM", "AWAIT_WORKERS_SECONDS", "BACKENDS", "array_module", "MAX_RESTARTS", "MODES", "MOMENTUM", "OPTIMIZERS", "OPT_SLOTS", "Model",
     "TrainResult", "accuracy", "active", "apply_update", "back_input", "forward", "forward_layer", "gradients",
     "import_weights", "init_model", "join_model", "load_checkpoint", "load_data", "load_digits_1024", "logits",
     "save_checkpoint", "schedule", "sgd_step", "softmax_xent", "split", "split_model", "train", "weight_grad",

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
+from ..kernels import to_host
 from ..store import replace_atomically
 from .model import OPT_SLOTS, Model
 
@@ -23,6 +24,7 @@ def save_checkpoint(path, model: Model, extra: dict | None = None) -> Path:
     root = zarr.open_group(tmp, mode="w", zarr_format=3)
 
     def put(name, a):
+        a = to_host(a)  # a model trained on the GPU is written from the host
         arr = root.create_array(name, shape=a.shape, dtype=a.dtype, chunks=a.shape if a.size else (1,) * a.ndim)
         if a.size:
             arr[...] = a

@@ -10,13 +10,16 @@ import numpy as np
 
 from ..runtime.graph import PinnedGraph, ref, tree_sum
 from ..runtime.recovery import watch
+from .device import array_module, take_batch
 from .model import Model, apply_update, flatten, gradients, unflatten
 
 
 def _d_grad(model: Model, xt: np.ndarray, labels: np.ndarray, idx: np.ndarray, scale: float) -> np.ndarray:
     # this replica's share of the batch; the loss rides along as the last value, so the reduction sums it too
-    loss, grads = gradients(model, np.ascontiguousarray(xt[:, idx]), labels[idx], scale)
-    return np.append(flatten(grads), loss)
+    loss, grads = gradients(model, *take_batch(xt, labels, idx), scale)
+    flat = flatten(grads)
+    xp = array_module(flat)
+    return xp.concatenate([flat, xp.asarray([loss])])
 
 
 def _d_update(model: Model, total: np.ndarray, lr: float) -> Model:

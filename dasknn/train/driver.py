@@ -16,12 +16,14 @@ import scipy.sparse as sp
 
 from .. import modes
 from ..errors import DasknnError
+from ..kernels import to_device
 from ..network import Network
 from ..runtime import metrics
 from ..runtime.recovery import await_workers, ensure_client, worker_lost
 from .checkpoint import load_checkpoint, save_checkpoint
 from .data import load_data, schedule, split
 from .data_mode import DataRunner
+from .device import check_backend, take_batch
 from .model import Model, accuracy, init_model, sgd_step
 from .model_mode import ModelRunner
 
@@ -145,7 +147,7 @@ def _run_single(model: Model, job: _Job) -> _Outcome:
     t0 = time.perf_counter()
     for a, b in job.chunks:
         for idx in job.todo[a:b]:
-            losses.append(sgd_step(model, np.ascontiguousarray(job.xt[:, idx]), job.labels[idx], job.lr))
+            losses.append(sgd_step(model, *take_batch(job.xt, job.labels, idx), job.lr))
         if job.checkpoint_every and model.step % job.checkpoint_every == 0:
             save_checkpoint(job.checkpoint, model, {"seed": job.seed})
         if job.progress is not None:
@@ -168,9 +170,11 @@ def _owners(layers, partition, parts: int, path: str | None, seed: int) -> tuple
     return partition_network(layers, parts, str(partition), seed=seed), str(partition)
 
 
-def _runner_factory(client, mode: str, workers: int, parts: int, plan, job: _Job):
-    # builds the runner on the workers there are now (again after a loss): replicas and parts round-robin
+def _runner_factory(client, mode: str, workers: int, parts: int, plan, job: _Job, backend: str):
+    # builds the runner on the workers there are now (again after a loss): replicas and parts round-robin; a
+    # model read back from a checkpoint goes to the device again
     def start(m: Model):
+        m = m.on(backend)
         names = sorted(client.nthreads())
         if not names:
             raise DasknnError("the Dask cluster has no workers")
@@ -253,6 +257,7 @@ def train(
     test_share: float = 0.2,
     chunk: int = 50,
     progress: Callable[[int], None] | None = None,
+    backend: str = "cpu",
 ) -> TrainResult:
     """Train a sparse network (fixed pattern) with a dense classifier head; see the module's description.
 
@@ -282,6 +287,9 @@ def train(
         Steps per submitted task graph.
     progress
         Called with the number of steps done (in all) after every chunk.
+    backend
+        ``"cpu"`` (NumPy, Numba kernels) or ``"gpu"`` (the same step on CuPy arrays and the CUDA kernels; single
+        and data mode; the checkpoints and the result are on the host).
 
     Notes
     -----
@@ -291,6 +299,7 @@ def train(
     of an uninterrupted run.
     """
     parts = check_arguments(mode, epochs, batch, lr, workers, group_size, checkpoint_every, checkpoint, resume)
+    check_backend(backend, mode)
     layers, path = layers_of(network)
     neurons = int(layers[0].shape[0])
     x, y = load_data(data, neurons)
@@ -299,18 +308,22 @@ def train(
                          ymax=ymax, optimizer=optimizer)
     todo = schedule(len(y_tr), batch, epochs, seed)[:max_steps][model.step:]
     if mode != "single" and client is None:
-        with ensure_client(workers=min(workers, os.cpu_count() or 1)) as c:
+        # on GPUs, a dask-cuda cluster: one worker per visible GPU
+        cluster = ({"gpu": True, "workers": None} if backend == "gpu"
+                   else {"workers": min(workers, os.cpu_count() or 1)})
+        with ensure_client(**cluster) as c:
             return train(network if path is None else path, data, epochs=epochs, batch=batch, lr=lr,
                          optimizer=optimizer, mode=mode, partition=partition, workers=workers, client=c,
                          checkpoint_every=checkpoint_every, checkpoint=checkpoint, resume=resume, seed=seed,
                          bias=bias, ymax=ymax, init=init, max_steps=max_steps, test_share=test_share,
-                         chunk=chunk, group_size=group_size, progress=progress)
-    job = _Job(np.ascontiguousarray(x_tr.T), y_tr, todo, list(chunk_bounds(model.step, len(todo), chunk,
-                                                                                 checkpoint_every)),
-               lr, checkpoint, checkpoint_every, seed, progress)
+                         chunk=chunk, group_size=group_size, progress=progress, backend=backend)
+    bounds = list(chunk_bounds(model.step, len(todo), chunk, checkpoint_every))
+    # the images and labels go to the device once; the batches are taken there
+    job = _Job(to_device(np.ascontiguousarray(x_tr.T), backend), to_device(y_tr, backend), todo, bounds, lr,
+               checkpoint, checkpoint_every, seed, progress)
     part_name = ""
     if mode == "single":
-        run = _run_single(model, job)
+        run = _run_single(model.on(backend), job)
     else:
         plan = None
         if mode != "data":
@@ -318,12 +331,14 @@ def train(
 
             owners, part_name = _owners(layers, partition, parts, path, seed)
             plan = build_plan(layers, owners)  # computed once: a restart after a lost worker reuses it
-        run = _run_on_cluster(client, _runner_factory(client, mode, workers, parts, plan, job), model, job)
+        run = _run_on_cluster(client, _runner_factory(client, mode, workers, parts, plan, job, backend), model, job)
+    run.model = run.model.on("cpu")
     if checkpoint is not None and todo:
         save_checkpoint(checkpoint, run.model, {"seed": seed})
     return TrainResult(model=run.model, mode=mode, workers=1 if mode == "single" else workers, steps=len(todo),
                        seconds=run.seconds, losses=[float(v) for v in run.losses],
                        train_loss=float(np.mean(run.losses[-10:])) if run.losses else float("nan"),
                        test_accuracy=accuracy(run.model, np.ascontiguousarray(x_te.T), y_te),
-                       train_accuracy=accuracy(run.model, job.xt, y_tr), bytes_sent=run.bytes_sent,
+                       train_accuracy=accuracy(run.model, np.ascontiguousarray(x_tr.T), y_tr),
+                       bytes_sent=run.bytes_sent,
                        partition=part_name, restarts=run.restarts, group_size=parts if mode == "hybrid" else 0)

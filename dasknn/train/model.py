@@ -11,8 +11,9 @@ import scipy.sparse as sp
 
 from .. import kernels
 from ..errors import DasknnError
-from ..kernels import back_input, weight_grad  # dispatched by array type (NumPy: Numba; CuPy: CUDA)
+from ..kernels import back_input, to_device, to_host, weight_grad  # dispatched by array type (NumPy: Numba; CuPy: CUDA)
 from ..network import as_csc_layer
+from .device import array_module
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
 MOMENTUM = 0.9
@@ -23,7 +24,8 @@ OPT_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
 
 def forward_layer(xin, indptr, indices, data, bias: float, ymax: float) -> np.ndarray:
     """One sparse layer (the inference kernel, float64): ``h(W^T @ xin)``."""
-    return kernels.layer_step(np.ascontiguousarray(xin, dtype=np.float64), indptr, indices, data, bias, ymax)
+    xp = array_module(xin)
+    return kernels.layer_step(xp.ascontiguousarray(xin, dtype=xp.float64), indptr, indices, data, bias, ymax)
 
 
 def active(y: np.ndarray, ymax: float) -> np.ndarray:
@@ -33,11 +35,12 @@ def active(y: np.ndarray, ymax: float) -> np.ndarray:
 
 def softmax_xent(logits: np.ndarray, labels: np.ndarray, scale: float) -> tuple[float, np.ndarray]:
     """Summed cross-entropy of ``logits`` (classes x batch) divided by ``scale``, and its gradient."""
+    xp = array_module(logits)
     z = logits - logits.max(axis=0, keepdims=True)
-    e = np.exp(z)
+    e = xp.exp(z)
     p = e / e.sum(axis=0, keepdims=True)
-    cols = np.arange(labels.size)
-    loss = float(-np.log(np.maximum(p[labels, cols], 1e-300)).sum() / scale)
+    cols = xp.arange(labels.size)
+    loss = float(-xp.log(xp.maximum(p[labels, cols], 1e-300)).sum() / scale)
     p[labels, cols] -= 1.0
     return loss, p / scale
 
@@ -69,6 +72,17 @@ class Model:
         """Layer ``k`` (1-based) as a SciPy matrix."""
         indptr, indices = self.patterns[k - 1]
         return sp.csc_matrix((self.params[k - 1], indices, indptr), shape=(self.neurons, self.neurons))
+
+    def on(self, backend: str) -> Model:
+        """This model with every array (patterns, values, optimiser state) on the backend's device
+        (``"cpu"``: NumPy; ``"gpu"``: CuPy); arrays already there are not copied."""
+
+        def move(a):
+            return to_host(a) if backend == "cpu" else to_device(a, backend)
+
+        return Model([(move(a), move(b)) for a, b in self.patterns], [move(p) for p in self.params], self.neurons,
+                     self.classes, self.bias, self.ymax, self.optimizer,
+                     [[move(s) for s in slot] for slot in self.slots], self.step)
 
     def state_bytes(self) -> int:
         """Bytes of weights + gradients + optimiser state as stored: values arrays, the one shared pattern."""
@@ -123,12 +137,14 @@ def apply_update(optimizer: str, params: list[np.ndarray], grads: list[np.ndarra
     m = [b1 * s + (1 - b1) * g for s, g in zip(slots[0], grads)]
     v = [b2 * s + (1 - b2) * g * g for s, g in zip(slots[1], grads)]
     c1, c2 = 1 - b1 ** step, 1 - b2 ** step
-    return [p - lr * (a / c1) / (np.sqrt(b / c2) + eps) for p, a, b in zip(params, m, v)], [m, v]
+    xp = array_module(params[0])
+    return [p - lr * (a / c1) / (xp.sqrt(b / c2) + eps) for p, a, b in zip(params, m, v)], [m, v]
 
 
 def forward(model: Model, xt: np.ndarray) -> list[np.ndarray]:
     """Activations ``[Y_0, ..., Y_L]``, each transposed (``N x batch``), float64."""
-    ys = [np.ascontiguousarray(xt, dtype=np.float64)]
+    xp = array_module(xt)
+    ys = [xp.ascontiguousarray(xt, dtype=xp.float64)]
     for (indptr, indices), values in zip(model.patterns, model.params):
         ys.append(forward_layer(ys[-1], indptr, indices, values, model.bias, model.ymax))
     return ys
@@ -171,12 +187,13 @@ def sgd_step(model: Model, xt: np.ndarray, labels: np.ndarray, lr: float) -> flo
 
 def accuracy(model: Model, xt: np.ndarray, labels: np.ndarray) -> float:
     """Share of images (columns of ``xt``) whose highest score is their label."""
-    return float((logits(model, xt).argmax(axis=0) == labels).mean()) if labels.size else float("nan")
+    hits = to_host(logits(model, xt).argmax(axis=0)) == to_host(labels)
+    return float(hits.mean()) if labels.size else float("nan")
 
 
 def flatten(arrays: list[np.ndarray]) -> np.ndarray:
     """The arrays' values as one flat array (gradients travel between workers this way)."""
-    return np.concatenate([a.ravel() for a in arrays])
+    return array_module(arrays[0]).concatenate([a.ravel() for a in arrays])
 
 
 def unflatten(flat: np.ndarray, like: list[np.ndarray]) -> list[np.ndarray]:
