@@ -262,6 +262,20 @@ def test_cli_parsers(tmp_path, capsys):
     assert args.sparsity == 0.5 and args.func is cli_train.run_import_weights
 
 
+@pytest.mark.parametrize("kind", ["scipy.sparse", "dask.array"])
+def test_training_data_as_sparse_or_dask_arrays_trains_the_same(kind):
+    import dask.array as da
+
+    x, y = toy_data()
+    given = (sp.csr_matrix(x), y) if kind == "scipy.sparse" else (da.from_array(x, chunks=(7, N)),
+                                                                   da.from_array(y, chunks=7))
+    expected = tr.train(random_layers(), (x, y), mode="single", epochs=2, batch=8)
+    got = tr.train(random_layers(), given, mode="single", epochs=2, batch=8)
+    assert got.losses == expected.losses and len(got.losses) > 0
+    for a, b in zip(got.model.params, expected.model.params):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_user_errors():
     from dasknn.errors import DasknnError
 

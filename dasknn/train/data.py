@@ -18,11 +18,24 @@ def load_digits_1024() -> tuple[np.ndarray, np.ndarray]:
     return imgs.reshape(len(imgs), 1024), d.target.astype(np.int64)
 
 
+def _on_host(a):
+    # a NumPy array of whatever holds the data: a dask collection is computed (the batch schedule draws rows at
+    # random, so training holds its images), a scipy.sparse matrix made dense, a CuPy array copied to the host
+    if hasattr(a, "__dask_graph__"):
+        a = a.compute()
+    if hasattr(a, "toarray"):
+        a = a.toarray()
+    if hasattr(a, "get") and type(a).__module__.split(".")[0] == "cupy":
+        a = a.get()
+    return np.asarray(a)
+
+
 def load_data(data, neurons: int) -> tuple[np.ndarray, np.ndarray]:
     """``(x, y)``: images (count x neurons, float64) and integer labels, from ``"digits"``, an ``.npz`` with arrays
-    ``x`` and ``y``, or a pair of arrays."""
+    ``x`` and ``y``, or a pair of arrays: NumPy, ``scipy.sparse``, CuPy or ``dask.array`` (computed once: the
+    batch schedule draws images at random, so the training images are held where the schedule runs)."""
     if isinstance(data, tuple):
-        x, y = data
+        x, y = (_on_host(a) for a in data)
     elif str(data) == "digits":
         x, y = load_digits_1024()
     else:

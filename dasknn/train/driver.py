@@ -268,7 +268,8 @@ def train(
         with ``init="he"``).
     data
         ``"digits"`` (needs 1024 neurons and scikit-learn), an ``.npz`` with ``x`` (images x neurons) and ``y``,
-        or a pair ``(x, y)``. A seeded ``test_share`` is held out.
+        or a pair ``(x, y)`` of arrays (NumPy, ``scipy.sparse``, CuPy or ``dask.array``; rows are images, ``y``
+        the labels). A seeded ``test_share`` is held out.
     mode
         ``"single"`` (this process, no Dask), ``"data"``, ``"model"`` or ``"hybrid"``.
     workers
