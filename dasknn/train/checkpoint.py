@@ -10,7 +10,6 @@ import numpy as np
 
 from ..errors import DasknnError
 from ..kernels import to_host
-from ..store import replace_atomically
 from .model import OPT_SLOTS, Model
 
 
@@ -39,6 +38,8 @@ def save_checkpoint(path, model: Model, extra: dict | None = None) -> Path:
     root.attrs["dasknn-train"] = {"step": model.step, "neurons": model.neurons, "classes": model.classes,
                                   "bias": model.bias, "ymax": None if math.isinf(model.ymax) else model.ymax,
                                   "optimizer": model.optimizer, "depth": model.depth, **(extra or {})}
+    from ..store import replace_atomically  # (here: the store imports Zarr, which `dasknn --help` need not load)
+
     replace_atomically(tmp, path)
     return path
 

@@ -9,7 +9,6 @@ import scipy.sparse as sp
 
 from ..errors import DasknnError
 from ..network import Network
-from ..store import write_network
 
 
 def _torch_weights(path) -> list[np.ndarray]:
@@ -61,6 +60,8 @@ def import_weights(model_npz, out, sparsity: float | None = None, *, bias: float
             mask[order] = True
             a = np.where(mask.reshape(a.shape), a, 0.0)
         layers.append(sp.csc_matrix(a))
+    from ..store import write_network  # (here: the store imports Zarr, which the CLI's start need not load)
+
     return write_network(out, Network(layers, bias, source=f"import-weights {Path(model_npz).name}"),
                          overwrite=overwrite)
 
