@@ -72,9 +72,38 @@ class Prediction:
     exchange: float
     tasks: float
     read: float
+    #: the one-time setup this run would pay first (a partition not yet computed, a part plan not yet made),
+    #: included in ``seconds``
+    setup_seconds: float = 0.0
+    #: where model mode's exchange volumes came from: "partition" (the one the run would use), "sample" (a cheaper
+    #: partition of a few layers, scaled to the depth), "bound" (not estimated: the setup alone costs more than
+    #: data mode, so the exchange is left at 0 and the prediction is a lower bound); "" in data mode
+    volumes_from: str = ""
 
     def as_dict(self) -> dict:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+#: Seconds per layer entry and doubling of the parts (``log2 K``) that computing a partition takes, by method;
+#: measured on the client: ``hypergraph`` on generated 65,536 x 120, K = 2, 132 s (2026-12-01, this project's
+#: 2-core VM); ``fast`` about 100 times faster side by side, ``fast-segments`` about 2.5 times ``fast``
+#: (BENCHMARKS.md, issue 16); ``hypergraph-layered`` adds two sweeps of about the forward pass each.
+PARTITION_RATES = {"hypergraph": 5.2e-7, "hypergraph-shared": 5.2e-7, "hypergraph-layered": 1.6e-6, "fast": 5.2e-9,
+                   "fast-segments": 1.3e-8, "block": 1e-9, "random": 1e-9}
+#: Seconds per layer entry of making a part plan: 191.5 s for generated 65,536 x 480 (1.0e9 entries) written
+#: by 2 workers (BENCHMARKS.md, out of core), i.e. about 3.8e-7 per entry on one process.
+PLAN_RATE = 3.8e-7
+
+
+def setup_seconds(entries: int, parts: int, method: str | None, plan: bool, workers: int = 1) -> float:
+    """Predicted one-time setup of model mode: computing a partition by ``method`` (None: one is already there)
+    of a network of ``entries`` layer entries into ``parts`` parts, and making its plan (``plan``) on ``workers``."""
+    seconds = 0.0
+    if method is not None:
+        seconds += PARTITION_RATES.get(method, PARTITION_RATES["hypergraph"]) * entries * max(1.0, np.log2(parts))
+    if plan:
+        seconds += PLAN_RATE * entries / max(1, workers)
+    return float(seconds)
 
 
 def probe(path: str, inputs: str, images: int, dtype: str) -> dict:
@@ -201,6 +230,8 @@ def predict(
     weights_share: float,
     sync_every: int = 2,
     resident: bool | None = None,
+    setup: float = 0.0,
+    volumes_from: str = "",
 ) -> Prediction:
     """Predicted seconds of a run with groups of ``group_size`` workers (1: data mode).
 
@@ -214,6 +245,10 @@ def predict(
         Model and hybrid modes: the plan's boundary entries per image for each layer.
     weights_share
         Share of a worker's memory its weights may take (the engine's rule).
+    setup
+        Model and hybrid modes: seconds of one-time setup this run pays first (:func:`setup_seconds`), added.
+    volumes_from
+        Where ``volumes`` came from, recorded in the prediction (see :class:`Prediction`).
     """
     depth = layer_nnz.size
     alive = _per_layer(cal.alive, depth)
@@ -249,9 +284,10 @@ def predict(
         picks = 0.0 if g <= 2 else pairs + g * (g - 1) / sync_every
         tasks = chunks * depth * (g + picks)
     task_time = tasks * cal.task_seconds / max(1, threads)
-    seconds = compute + exchange + task_time + read
+    seconds = compute + exchange + task_time + read + setup
     return Prediction(mode=mode_of(g, workers), group_size=g, fits=bool(fits or not resident), resident=bool(resident),
-                      seconds=seconds, compute=compute, exchange=exchange, tasks=task_time, read=read)
+                      seconds=seconds, compute=compute, exchange=exchange, tasks=task_time, read=read,
+                      setup_seconds=float(setup), volumes_from=volumes_from if g > 1 else "")
 
 
 def cheapest(predictions: list[Prediction]) -> Prediction:

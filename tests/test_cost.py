@@ -77,6 +77,7 @@ def test_streaming_model_mode_reads_each_parts_share():
 
 
 def test_auto_runs_what_the_model_predicts_cheapest(client, slice_store, slice_truth):
+    engine.resolve_partition(str(slice_store), "hypergraph", 2)  # kept in the store: predicted from it
     result = engine.infer(slice_store, client=client, mode="auto", explain=True, dtype="float64")
     np.testing.assert_array_equal(result.categories, slice_truth)
     modes = {p["mode"]: p for p in result.predictions}
@@ -146,3 +147,78 @@ def test_reads_hide_behind_compute_only_on_spare_cores(cores, hidden):
     read_total = 24_000 * 2 / (1e3 * 2)
     assert p.read == pytest.approx((1 - hidden) * read_total + hidden * max(0.0, read_total - p.compute))
     assert p.seconds == pytest.approx(p.compute + p.tasks + p.read)
+
+
+@pytest.fixture
+def fresh_store(slice_store, tmp_path):
+    """A copy of the slice store with no partition or plan kept in it."""
+    import shutil
+
+    out = tmp_path / "fresh.zarr"
+    shutil.copytree(slice_store, out, ignore=shutil.ignore_patterns("partitions", "plans"))
+    return out
+
+
+def _no_partitioning(monkeypatch):
+    # the client may not compute a partition (the sample runs on a worker, another process)
+    from dasknn import partition
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the partitioner was called")
+
+    monkeypatch.setattr(partition, "partition_network", refuse)
+
+
+def test_predicting_model_mode_estimates_its_exchange_from_a_sample(client, fresh_store, monkeypatch):
+    _no_partitioning(monkeypatch)
+    # a setup cheaper than data mode (on this small network it is not): the exchange is estimated
+    monkeypatch.setitem(cost.PARTITION_RATES, "hypergraph", 1e-8)
+    monkeypatch.setattr(cost, "PLAN_RATE", 1e-8)
+    result = engine.infer(fresh_store, client=client, mode="data", explain=True, images=200)
+    model = [p for p in result.predictions if p["mode"] == "model"][0]
+    assert model["volumes_from"] == "sample" and model["exchange"] > 0
+    # the setup this run would pay first is counted in the prediction
+    setup = cost.setup_seconds(12 * 1024 * 32, 2, "hypergraph", True, 2)
+    assert setup > 0 and model["setup_seconds"] == pytest.approx(setup, abs=1e-4)  # (rounded in the result)
+    assert model["seconds"] >= model["compute"] + model["exchange"] + model["setup_seconds"]
+    assert not (fresh_store / "partitions").exists() and result.partition_seconds == 0
+
+
+def test_auto_does_not_partition_for_a_mode_it_does_not_run(client, fresh_store, monkeypatch):
+    _no_partitioning(monkeypatch)
+    monkeypatch.setitem(cost.PARTITION_RATES, "hypergraph", 1.0)  # a partition would take days: data mode wins
+    result = engine.infer(fresh_store, client=client, mode="auto", explain=True, images=200)
+    assert result.mode == "data"
+    model = [p for p in result.predictions if p["mode"] == "model"][0]
+    assert model["volumes_from"] == "bound" and model["exchange"] == 0 and model["seconds"] > 1e5
+    assert not (fresh_store / "partitions").exists()
+
+
+def test_a_stored_partition_is_used_not_recomputed(client, fresh_store, slice_truth, monkeypatch):
+    from dasknn import partition, store
+
+    s = store.open_store(fresh_store)
+    owners = partition.partition_network(s.network().layers, 2, "block")
+    store.save_partition(fresh_store, store.partition_name("hypergraph", 2), owners, {})
+    _no_partitioning(monkeypatch)
+    result = engine.infer(fresh_store, client=client, mode="model", explain=True)
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    model = [p for p in result.predictions if p["mode"] == "model"][0]
+    assert model["volumes_from"] == "partition" and result.partition_seconds == 0
+    want = partition.layer_volumes(s.network().layers, owners, parts=2)
+    assert result.plan_volume == want.tolist()
+
+
+def test_a_partition_that_does_not_match_the_network_is_refused(fresh_store):
+    from dasknn.errors import DasknnError
+
+    wrong = np.zeros((11, 1024), dtype=np.int32)
+    wrong[:, 1::2] = 1
+    with pytest.raises(DasknnError, match=r"^the partition does not match the network: it has layers 10 where the "
+                                          r"network has 12; partition this network again$"):
+        engine.resolve_partition(str(fresh_store), wrong, 2)
+    with pytest.raises(DasknnError, match="neurons 512 where the network has 1024"):
+        engine.resolve_partition(str(fresh_store), wrong[:, :512], 2)
+    three = np.resize(np.arange(3, dtype=np.int32), (13, 1024))
+    with pytest.raises(DasknnError, match="has 3 parts but each group has 2 workers"):
+        engine.resolve_partition(str(fresh_store), three, 2)

@@ -378,3 +378,31 @@ def test_stitch_relabels_the_segment_and_takes_the_shared_row() -> None:
 def test_segments_cover_every_layer_once() -> None:
     assert PG.bounds(10, 3) == [(0, 3), (3, 7), (7, 10)]
     assert PG.bounds(2, 4) == [(0, 1), (1, 2)]
+
+
+def test_an_interrupted_partition_save_leaves_nothing_that_loads(tmp_path, monkeypatch):
+    from dasknn import generate, store
+    from dasknn.store import partitions as saved
+
+    path = tmp_path / "n.zarr"
+    store.write_network(path, generate.network(64, 2, bias=-0.3))
+    first, second = np.zeros((3, 64), dtype=np.int32), np.ones((3, 64), dtype=np.int32)
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    for where in ("codecs", "_publish"):  # while the owners are written; once written, before they are in place
+        monkeypatch.setattr(saved, where, interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            store.save_partition(path, "p", first)
+        assert store.load_partition(path, "p") is None  # nothing loads
+        monkeypatch.undo()
+    store.save_partition(path, "p", first)
+    monkeypatch.setattr(saved, "_publish", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store.save_partition(path, "p", second)
+    np.testing.assert_array_equal(store.load_partition(path, "p")[0], first)  # the earlier one, whole
+    monkeypatch.undo()
+    store.save_partition(path, "p", second)  # a later save replaces it and clears what was left
+    np.testing.assert_array_equal(store.load_partition(path, "p")[0], second)
+    assert sorted(p.name for p in (path / "partitions").iterdir()) == ["p", "zarr.json"]

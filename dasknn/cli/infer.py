@@ -113,6 +113,7 @@ def run_infer(args: argparse.Namespace, client) -> int:
         "bytes_sent": result.bytes_sent, "plan_bytes": result.plan_bytes, "bytes_read": result.bytes_read,
         "streamed": not result.resident, "computed_chunks": len(result.computed_chunks),
         "load_seconds": round(result.load_seconds, 3), "plan_seconds": round(result.plan_seconds, 3),
+        "partition_seconds": round(result.partition_seconds, 3),
         "message_bytes": sum(result.message_bytes),
         **notes,
     }

@@ -20,7 +20,7 @@ from ..store import create_plan_store, finish_plan_store, is_url, open_plan_stor
 from .data_mode import data_chunk
 from .inputs import InputSource, load_images
 from .model_mode import model_chunk
-from .owners import resolve_partition
+from .owners import partition_owners
 from .sizing import sync_layers
 from .tasks import (
     LayerStreamSpec,
@@ -69,6 +69,7 @@ class Pass:
     chunks: dict[int, tuple] = field(default_factory=dict)  # chunk -> (image ids, alive per sync round)
     plan: Outline | None = None
     group_size: int = 1
+    partition_seconds: float = 0.0  # computing the partition (0 when one was given or stored)
     plan_seconds: float = 0.0  # making a part plan (model mode out of core, once per partition)
     load_seconds: float = 0.0
     seconds: float = 0.0
@@ -122,7 +123,7 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int]) -> Pa
 
 def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass) -> None:
     # model and hybrid modes: the plan, and each part's layers held in memory or streamed from a part plan
-    owners = resolve_partition(job.path, job.partition, len(layout.groups[0]))
+    owners, out.partition_seconds = partition_owners(job.path, job.partition, len(layout.groups[0]))
     if job.resident:
         layout.plan = build_plan(job.store.network().layers, owners)
         layout.outline = layout.plan.outline()

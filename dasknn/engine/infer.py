@@ -36,6 +36,8 @@ class InferenceResult:
     mode: str = "data"
     group_size: int = 1
     load_seconds: float = 0.0
+    #: computing the partition a model-mode run uses (0 when one was given or already kept in the store)
+    partition_seconds: float = 0.0
     #: making the part plan a model-mode run out of core streams from (0 when one was reused or none was needed)
     plan_seconds: float = 0.0
     tasks: int = 0
@@ -327,7 +329,7 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
         categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
         seconds=sum(p.seconds for p in passes), workers=len(runs.workers), chunks=len(bounds),
         mode=mode, group_size=g, load_seconds=sum(p.load_seconds for p in passes),
-        plan_seconds=sum(p.plan_seconds for p in passes),
+        partition_seconds=sum(p.partition_seconds for p in passes), plan_seconds=sum(p.plan_seconds for p in passes),
         tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),
         bytes_sent=sum(p.bytes_sent for p in passes), plan_bytes=sum(p.plan_bytes for p in passes),
         dense_message_bytes=per_layer[:, 0].tolist() if plan else [],

@@ -14,31 +14,59 @@ from ..store import open_store
 def resolve_partition(store_path: str, partition, parts: int, seed: int = 0) -> np.ndarray:
     """An owners array for ``parts`` parts: a method name (computed once, then kept in the store), a ``.npy``
     file, or an array."""
+    return partition_owners(store_path, partition, parts, seed)[0]
+
+
+def partition_owners(store_path: str, partition, parts: int, seed: int = 0) -> tuple[np.ndarray, float]:
+    """:func:`resolve_partition`, and the seconds spent computing the partition (0 when one was given or stored)."""
     from .. import partition as part_mod
-    from ..store import load_partition, partition_name, save_partition
+    from ..store import partition_name, save_partition
 
     store = open_store(store_path, check="metadata")
+    owners = stored_partition(store_path, partition, parts, seed)
+    seconds = 0.0
+    if owners is None:
+        t0 = time.perf_counter()
+        layers = store.partition_layers()
+        owners = part_mod.partition_network(layers, parts, str(partition), seed=seed)
+        seconds = time.perf_counter() - t0
+        report = part_mod.partition_report(layers, owners, str(partition), seconds)
+        if os.access(store_path, os.W_OK):
+            save_partition(store_path, partition_name(str(partition), parts, seed), owners, report)
+    return check_partition(owners, store.depth, store.neurons, parts), seconds
+
+
+def stored_partition(store_path: str, partition, parts: int, seed: int = 0) -> np.ndarray | None:
+    """The owners ``partition`` names without computing anything: the array, the ``.npy`` file, or the partition of
+    that method kept in the store; None where the method's partition has not been computed yet."""
+    from ..store import load_partition, partition_name
+
     if isinstance(partition, np.ndarray):
-        owners = partition
-    elif isinstance(partition, (str, os.PathLike)) and str(partition).endswith(".npy"):
+        return partition
+    if isinstance(partition, (str, os.PathLike)) and str(partition).endswith(".npy"):
         try:
-            owners = np.load(partition, allow_pickle=False)
+            return np.load(partition, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise DasknnError(f"cannot read the partition ({e})", partition) from None
-    else:
-        name = partition_name(str(partition), parts, seed)
-        saved = load_partition(store_path, name)
-        if saved is not None:
-            owners = saved[0]
-        else:
-            t0 = time.perf_counter()
-            layers = store.partition_layers()
-            owners = part_mod.partition_network(layers, parts, str(partition), seed=seed)
-            report = part_mod.partition_report(layers, owners, str(partition), time.perf_counter() - t0)
-            if os.access(store_path, os.W_OK):
-                save_partition(store_path, name, owners, report)
-    owners = part_mod.validate_partition(owners, store.depth, store.neurons)
-    if int(owners.max()) + 1 != parts:
-        raise DasknnError(f"the partition has {int(owners.max()) + 1} parts but each group has {parts} workers; "
+    saved = load_partition(store_path, partition_name(str(partition), parts, seed))
+    return None if saved is None else saved[0]
+
+
+def check_partition(owners, depth: int, neurons: int, parts: int) -> np.ndarray:
+    """``owners`` as ``int32`` where it fits a network of ``depth`` layers x ``neurons`` neurons in ``parts`` parts;
+    otherwise one line naming what differs."""
+    from .. import partition as part_mod
+
+    a = np.asarray(owners)
+    if a.ndim == 2 and a.dtype.kind in "iu":
+        differ = [f"{what} {have} where the network has {want}"
+                  for what, have, want in (("layers", a.shape[0] - 1, depth), ("neurons", a.shape[1], neurons))
+                  if have != want]
+        if differ:
+            raise DasknnError(f"the partition does not match the network: it has {' and '.join(differ)}; "
+                              "partition this network again")
+    a = part_mod.validate_partition(a, depth, neurons)
+    if int(a.max()) + 1 != parts:
+        raise DasknnError(f"the partition has {int(a.max()) + 1} parts but each group has {parts} workers; "
                           f"partition with --parts {parts} or change --workers/--group-size")
-    return owners
+    return a

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import DasknnError
 from ..partition import layer_volumes
-from .owners import resolve_partition
+from .owners import check_partition, stored_partition
 
 
 #: Share of a worker's memory limit its weights may take before ``auto`` spreads the layers over more workers.
@@ -155,39 +156,71 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     """The cost model's predictions for data mode and every model/hybrid grouping the workers allow.
 
     Model and hybrid modes do data mode's multiply-adds plus their exchange, so where data mode holds the
-    weights and has a chunk for every thread, the others are predicted (which partitions the network) only
-    when ``everything`` is asked for.
+    weights and has a chunk for every thread, the others are predicted only when ``everything`` is asked for.
+    Predicting them never computes the run's partition: one already there (given, or kept in the store) is used;
+    otherwise the exchange is estimated from a cheap partition of a few layers on a worker
+    (:func:`~dasknn.partition.cluster.sample_volumes`), and the one-time setup (the partition, the plan) is added
+    to the mode's predicted time. Where that setup alone costs more than data mode, nothing is estimated.
     """
     from ..cost import Calibration, predict
 
     cal = Calibration(**_calibrate(client, workers, threads, path, in_path, images, dtype))
     nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=np.int64)
     itemsize = np.dtype(dtype).itemsize
-
     middle = max(1, store.depth // 2)
     solo = _kernel_rate(client, workers[:1], path, dtype, middle, None)
 
-    def one(g: int):
+    def one(g: int, data_seconds: float = float("inf")):
         res = resident if resident is not None else weight_bytes / g <= WEIGHTS_SHARE * memory
         n_chunks = chunks or default_chunks(images, threads, len(workers), g, res)
-        volumes = owners = None
-        if g > 1:
-            owners = resolve_partition(path, partition, g)
-            # layer by layer from the store: the client never holds the network
-            volumes = np.array([layer_volumes([store.layer(k)], owners[k - 1:k + 1], parts=g)[0]
-                                for k in range(1, store.depth + 1)], dtype=np.int64)
+
+        def model(volumes=None, setup: float = 0.0, source: str = ""):
+            return predict(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
+                           workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
+                           volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE, sync_every=sync_every,
+                           resident=res, setup=setup, volumes_from=source)
+
+        if g == 1:
+            cal.kernel_rates[1] = cal.kernel_rate * _kernel_rate(client, workers, path, dtype, middle, None) / solo
+            return model()
+        volumes, window, setup, source = _exchange_estimate(client, workers, store, path, partition, g, nnz, res,
+                                                            data_seconds)
+        if window is None:  # the setup alone costs more than data mode: a lower bound, nothing computed
+            return model(volumes, setup, source)
         # the probe's rate (one worker, the whole layer), scaled by how this mode's blocks run with every
         # worker running against how the whole layer runs on one worker alone
-        cal.kernel_rates[g] = cal.kernel_rate * _kernel_rate(
-            client, workers, path, dtype, middle, None if owners is None else owners[middle - 1:middle + 1]) / solo
-        return predict(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
-                       workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
-                       volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE, sync_every=sync_every,
-                       resident=res)
+        cal.kernel_rates[g] = cal.kernel_rate * _kernel_rate(client, workers, path, dtype, middle, window) / solo
+        return model(volumes, setup, source)
 
     out = [one(1)]
     data_suffices = out[0].resident and images >= threads and resident is not False
     if everything or not data_suffices:
         sizes = [group_size] if group_size else [g for g in range(2, len(workers) + 1) if len(workers) % g == 0]
-        out.extend(one(g) for g in sizes)
+        out.extend(one(g, out[0].seconds) for g in sizes)
     return cal, out
+
+
+def _exchange_estimate(client, workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,
+                       resident: bool, data_seconds: float) -> tuple:
+    # model mode's boundary entries per layer, the owners rows of the middle layer (None: not estimated), the
+    # one-time setup still to pay, and where the volumes came from
+    from ..cost import setup_seconds
+    from ..partition.cluster import sample_volumes
+    from ..store import open_plan_store, plan_digest
+
+    owners = stored_partition(path, partition, g)
+    middle = max(1, store.depth // 2)
+    if owners is not None:
+        owners = check_partition(owners, store.depth, store.neurons, g)
+        # out of core, a part plan already made (in the store's default place) is reused as well
+        plan = resident or open_plan_store(Path(path) / "plans" / plan_digest(path, owners), path, owners) is None
+        setup = setup_seconds(store.edges, g, None, plan, len(workers))
+        # layer by layer from the store: the client never holds the network
+        volumes = np.array([layer_volumes([store.layer(k)], owners[k - 1:k + 1], parts=g)[0]
+                            for k in range(1, store.depth + 1)], dtype=np.int64)
+        return volumes, owners[middle - 1:middle + 1], setup, "partition"
+    setup = setup_seconds(store.edges, g, str(partition), True, len(workers))
+    if setup >= data_seconds:
+        return np.zeros(store.depth, dtype=np.int64), None, setup, "bound"
+    per_entry, window = client.submit(sample_volumes, path, g, str(partition), workers=[workers[0]], pure=False).result()
+    return np.round(nnz * float(np.mean(per_entry))).astype(np.int64), window, setup, "sample"

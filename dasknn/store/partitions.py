@@ -4,6 +4,7 @@ computed once per store."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -20,17 +21,45 @@ def partition_name(method: str, parts: int, seed: int = 0, epsilon: float = 0.03
 def save_partition(path: str | os.PathLike[str], name: str, owners: np.ndarray, report: dict | None = None) -> None:
     """Save an owners array (and its metrics) in the store's ``partitions/NAME`` group.
 
-    The ``complete`` attribute is written last, so a partition whose saving was interrupted is never loaded.
+    In a local store the group is written whole under a hidden name and then renamed into place, so a saving
+    that is interrupted leaves nothing that loads (and an earlier partition of that name stays until the new one
+    is complete). Elsewhere (a URL) the ``complete`` attribute is written last, so an interrupted saving is never
+    loaded. The network's shape (``layers``, ``neurons``) and the ``parts`` are kept beside the owners, so a
+    partition that does not match its network is refused by name.
     """
-    root = zarr.open_group(Path(path), mode="r+", zarr_format=3)
-    group = f"partitions/{name}"
+    owners = np.asarray(owners)
+    attrs = {"report": report or {}, "layers": int(owners.shape[0]) - 1, "neurons": int(owners.shape[1]),
+             "parts": int(owners.max()) + 1 if owners.size else 0, "complete": True}
+    loc = location(path)
+    if is_url(loc):
+        _write_group(zarr.open_group(loc, mode="r+", zarr_format=3), f"partitions/{name}", owners, attrs)
+        return
+    root = zarr.open_group(Path(loc), mode="r+", zarr_format=3)
+    folder = Path(loc) / "partitions"
+    for left in folder.glob(f".{name}.*"):  # what an earlier, interrupted saving left
+        shutil.rmtree(left, ignore_errors=True)
+    partial = f"partitions/.{name}.{os.getpid()}.partial"
+    _write_group(root, partial, owners, attrs)
+    _publish(Path(loc) / partial, folder / name)
+
+
+def _publish(partial: Path, final: Path) -> None:
+    # renames only: the group is whole or absent, never half written (an earlier one is moved aside first)
+    old = final.with_name(f".{final.name}.{os.getpid()}.old")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(partial, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_group(root, group: str, owners: np.ndarray, attrs: dict) -> None:
     if group in root:
         del root[group]
     g = root.require_group(group)
     arr = g.create_array("owners", shape=owners.shape, chunks=owners.shape, dtype=np.int32, compressors=codecs(),
                          config=WRITE_ALL)
     arr[:] = owners.astype(np.int32)
-    g.attrs.update({"report": report or {}, "complete": True})
+    g.attrs.update(attrs)  # last: what has no "complete" is never loaded
 
 
 def load_partition(path: str | os.PathLike[str], name: str) -> tuple[np.ndarray, dict] | None:
