@@ -74,6 +74,37 @@ def run(
                 P.plot_partition(layers, owners, method, plot)
 
 
+def auto_against_data(neurons: int, layers: int, images: int, memory: str) -> None:
+    """Default ``dasknn infer`` (auto) on a fresh generated store against ``--mode data``, side by side: the
+    wall time of each command (a fresh 2-worker cluster each), what auto chose, and its setup figures."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bench-auto-") as tmp:
+        store = Path(tmp) / "net.zarr"
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "dasknn", "generate", "--neurons", str(neurons), "--layers", str(layers),
+                        "--images", str(images), "--out", str(store)], check=True, capture_output=True)
+        print(f"# generated {neurons} x {layers} with {images} images in {time.perf_counter() - t0:.1f} s")
+        print("| command | mode run | wall s | inference s | partition s | plan s | model predicted (setup) |")
+        print("|---|---|--:|--:|--:|--:|---|")
+        for extra in ([], ["--mode", "data"]):
+            cmd = [sys.executable, "-m", "dasknn", "infer", "--network", str(store), "--batch", str(images),
+                   "--workers", "2", "--memory-limit", memory, "--json", "--explain", *extra]
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                print(f"# {' '.join(extra) or 'auto'} failed: {proc.stderr.strip()[-400:]}")
+                continue
+            r = json.loads(proc.stdout)
+            model = [p for p in r.get("predictions", []) if p["mode"] == "model"]
+            told = (f"{model[0]['seconds']:.1f} s ({model[0]['setup_seconds']:.1f} s setup, "
+                    f"{model[0]['volumes_from']})") if model else "-"
+            print(f"| dasknn infer {' '.join(extra) or '(auto)'} | {r['mode']} | {wall:.1f} | {r['seconds']:.1f} | "
+                  f"{r.get('partition_seconds', 0):.1f} | {r['plan_seconds']:.1f} | {told} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(DATA), help="the challenge network (.tar.gz or directory)")
@@ -89,7 +120,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default="bench-out/partition.json")
     ap.add_argument("--plot", default="bench-out/partition-n1024-k16.png")
+    ap.add_argument("--auto-vs-data", type=int, nargs=3, metavar=("N", "LAYERS", "IMAGES"),
+                    help="only: default dasknn infer against --mode data on a fresh generated store (2 workers)")
+    ap.add_argument("--memory-limit", default="600MB", help="with --auto-vs-data: each worker's memory limit")
     args = ap.parse_args(argv)
+    if args.auto_vs_data:
+        print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs")
+        auto_against_data(*args.auto_vs_data, args.memory_limit)
+        return
 
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     if args.plot:

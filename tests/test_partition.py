@@ -406,3 +406,25 @@ def test_an_interrupted_partition_save_leaves_nothing_that_loads(tmp_path, monke
     store.save_partition(path, "p", second)  # a later save replaces it and clears what was left
     np.testing.assert_array_equal(store.load_partition(path, "p")[0], second)
     assert sorted(p.name for p in (path / "partitions").iterdir()) == ["p", "zarr.json"]
+
+
+def test_the_partition_plot_is_readable(tmp_path):
+    pytest.importorskip("matplotlib")
+    from matplotlib.ticker import MaxNLocator
+
+    from dasknn import generate, partition
+
+    net = generate.network(64, 6, bias=-0.3)
+    owners = partition.partition_network(net.layers, 4, "block")
+    fig = partition.plot_partition(net.layers, owners, "block", tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 0
+    volume, load, sends = fig.axes
+    # the layer and part axes count whole things
+    for ax in (volume, load):
+        assert isinstance(ax.xaxis.get_major_locator(), MaxNLocator)
+        assert all(float(t).is_integer() for t in ax.get_xticks())
+    assert volume.get_xlabel() == "layer" and load.get_xlabel() == "part"
+    assert "per image" in volume.get_ylabel() and "per image" in sends.get_ylabel() and "nonzeros" in load.get_ylabel()
+    # lines that coincide stay apart: each its own style and marker
+    lines = volume.get_lines()
+    assert len(lines) == 2 and len({(ln.get_linestyle(), ln.get_marker()) for ln in lines}) == 2

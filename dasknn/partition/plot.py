@@ -21,7 +21,7 @@ def plot_partition(
     *,
     seed: int = 0,
     parts: int | None = None,
-) -> None:
+):
     """Draw a partition's cost against the ``block`` and ``random`` baselines into one PNG.
 
     Left: communication volume per layer for ``method``, ``block`` and ``random`` (same ``K``). Right: each
@@ -39,8 +39,14 @@ def plot_partition(
         Seed of the ``random`` baseline.
     parts
         Number of parts; inferred as ``owners.max() + 1`` when omitted.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure written (its axes can be inspected).
     """
     from matplotlib.figure import Figure  # lazily: plotting is optional and matplotlib is slow to import
+    from matplotlib.ticker import MaxNLocator
 
     ws = _as_layers(layers)
     o, k = _owners_for(ws, owners, parts)
@@ -54,19 +60,25 @@ def plot_partition(
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     x = np.arange(1, len(ws) + 1)
-    for name, vol in series.items():
-        ax1.plot(x, np.maximum(vol, 0.5), label=f"{name} (total {int(vol.sum()):,})", lw=1.2)
+    # distinct line styles and markers: series that coincide (block and random on some networks) stay visible
+    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+    for (name, vol), (ls, marker) in zip(series.items(), styles):
+        ax1.plot(x, np.maximum(vol, 0.5), label=f"{name} (total {int(vol.sum()):,})", lw=1.2, ls=ls, marker=marker,
+                 markevery=max(1, len(x) // 20), markersize=4, markerfacecolor="none")
     ax1.set_yscale("log")
     ax1.set_xlabel("layer")
-    ax1.set_ylabel("entries sent (connectivity - 1)")
+    ax1.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax1.set_ylabel("entries sent per image (connectivity - 1)")
     ax1.set_title(f"volume per layer, K = {k}, N = {ws[0].shape[0]}")
     ax1.legend(fontsize=8)
     ids = np.arange(k)
     ax2.bar(ids - 0.2, work, width=0.4, label="work (nonzeros owned)", color="tab:blue")
     ax2.set_xlabel("part")
-    ax2.set_ylabel("work", color="tab:blue")
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax2.set_ylabel("work (nonzeros owned, all layers)", color="tab:blue")
     ax3 = ax2.twinx()
-    ax3.bar(ids + 0.2, sends, width=0.4, label="entries sent", color="tab:orange")
-    ax3.set_ylabel("entries sent", color="tab:orange")
+    ax3.bar(ids + 0.2, sends, width=0.4, label="entries sent", color="tab:orange", hatch="//")
+    ax3.set_ylabel("entries sent per image (all layers)", color="tab:orange")
     ax2.set_title(f"load per part ({method}): worst layer imbalance {layer_imbalance(ws, o, parts=k).max():.2%}")
     fig.savefig(os.fspath(path), dpi=110)
+    return fig
