@@ -228,3 +228,24 @@ def test_wrong_shaped_partition_file(slice_store, capsys, tmp_path):
     code, _, err = run(["infer", "--network", str(slice_store), "--mode", "model", "--partition",
                         str(tmp_path / "p.npy"), "--workers", "2"], capsys)
     assert code == 2 and "shape" in err and err.count("\n") == 1
+
+
+def test_partition_command_runs_on_the_cluster(slice_store, capsys, tmp_path):
+    import shutil
+
+    from dasknn.store import load_partition, partition_name
+
+    store = tmp_path / "s.zarr"
+    shutil.copytree(slice_store, store, ignore=shutil.ignore_patterns("partitions", "plans"))
+    code, out, err = run(["partition", str(store), "--parts", "2", "--method", "fast", "--workers", "2", "--json",
+                          "--out", str(tmp_path / "p.npy")], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["parts"] == 2 and report["imbalance_max"] <= 0.03 + 1e-9
+    owners = np.load(tmp_path / "p.npy")
+    saved, _ = load_partition(store, partition_name("fast", 2))
+    np.testing.assert_array_equal(saved, owners)
+    assert owners.shape == (13, 1024) and set(np.unique(owners)) == {0, 1}
+    # the workers read a store: a network given as files is refused in one line
+    code, _, err = run(["partition", str(tmp_path / "none"), "--parts", "2", "--workers", "2"], capsys)
+    assert code != 0

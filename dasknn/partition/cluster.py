@@ -42,3 +42,31 @@ def sample_volumes(path: str, parts: int, method: str, seed: int = 0) -> tuple[n
     per_entry = layer_volumes(layers, owners, parts=parts) / np.array([max(1, w.nnz) for w in layers], dtype=float)
     i = max(1, store.depth // 2) - first  # the middle layer's input row, in the sample's rows
     return per_entry, owners[i:i + 2]
+
+
+def partition_task(path: str, parts: int, method: str, epsilon: float = 0.03, seed: int = 0,
+                   threads: int | None = None) -> tuple[np.ndarray, dict]:
+    """Partition the network stored at ``path`` on this worker (a task): its owners and report.
+
+    The worker reads the layers from the store (a layer or two at a time for a large network) and gives
+    Mt-KaHyPar ``threads`` threads (by default the CPUs it may use), so the client holds only the owners.
+    """
+    import time
+
+    from .metrics import partition_report
+
+    layers = open_store(path, check="metadata").partition_layers()
+    t0 = time.perf_counter()
+    owners = partition_network(layers, parts, method, epsilon=epsilon, seed=seed, threads=threads)
+    seconds = time.perf_counter() - t0
+    return owners, partition_report(layers, owners, method, seconds)
+
+
+def partition_on_cluster(client, path: str, parts: int, method: str, epsilon: float = 0.03,
+                         seed: int = 0) -> tuple[np.ndarray, dict]:
+    """:func:`partition_task` on the worker of ``client``'s cluster with the most threads, given all of them."""
+    info = client.scheduler_info()["workers"]
+    worker = max(info, key=lambda w: info[w].get("nthreads", 1))
+    future = client.submit(partition_task, path, parts, method, epsilon, seed, info[worker].get("nthreads", 1),
+                           workers=[worker], allow_other_workers=True, pure=False)
+    return future.result()
