@@ -214,8 +214,8 @@ def test_a_partition_that_does_not_match_the_network_is_refused(fresh_store):
 
     wrong = np.zeros((11, 1024), dtype=np.int32)
     wrong[:, 1::2] = 1
-    with pytest.raises(DasknnError, match=r"^the partition does not match the network: it has layers 10 where the "
-                                          r"network has 12; partition this network again$"):
+    with pytest.raises(DasknnError, match=r"^the partition's shape 11 x 1024 does not match the network: it has "
+                                          r"layers 10 where the network has 12; partition this network again$"):
         engine.resolve_partition(str(fresh_store), wrong, 2)
     with pytest.raises(DasknnError, match="neurons 512 where the network has 1024"):
         engine.resolve_partition(str(fresh_store), wrong[:, :512], 2)

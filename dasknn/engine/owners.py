@@ -63,8 +63,8 @@ def check_partition(owners, depth: int, neurons: int, parts: int) -> np.ndarray:
                   for what, have, want in (("layers", a.shape[0] - 1, depth), ("neurons", a.shape[1], neurons))
                   if have != want]
         if differ:
-            raise DasknnError(f"the partition does not match the network: it has {' and '.join(differ)}; "
-                              "partition this network again")
+            raise DasknnError(f"the partition's shape {a.shape[0]} x {a.shape[1]} does not match the network: it has "
+                              f"{' and '.join(differ)}; partition this network again")
     a = part_mod.validate_partition(a, depth, neurons)
     if int(a.max()) + 1 != parts:
         raise DasknnError(f"the partition has {int(a.max()) + 1} parts but each group has {parts} workers; "
