@@ -158,7 +158,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     Model and hybrid modes do data mode's multiply-adds plus their exchange, so where data mode holds the
     weights and has a chunk for every thread, the others are predicted only when ``everything`` is asked for.
     Predicting them never computes the run's partition: one already there (given, or kept in the store) is used;
-    otherwise the exchange is estimated from a cheap partition of a few layers on a worker
+    otherwise the exchange is estimated from a cheap partition of a few layers
     (:func:`~dasknn.partition.cluster.sample_volumes`), and the one-time setup (the partition, the plan) is added
     to the mode's predicted time. Where that setup alone costs more than data mode, nothing is estimated.
     """
@@ -183,7 +183,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
         if g == 1:
             cal.kernel_rates[1] = cal.kernel_rate * _kernel_rate(client, workers, path, dtype, middle, None) / solo
             return model()
-        volumes, window, setup, source = _exchange_estimate(client, workers, store, path, partition, g, nnz, res,
+        volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res,
                                                             data_seconds)
         if window is None:  # the setup alone costs more than data mode: a lower bound, nothing computed
             return model(volumes, setup, source)
@@ -200,7 +200,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     return cal, out
 
 
-def _exchange_estimate(client, workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,
+def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,
                        resident: bool, data_seconds: float) -> tuple:
     # model mode's boundary entries per layer, the owners rows of the middle layer (None: not estimated), the
     # one-time setup still to pay, and where the volumes came from
@@ -222,5 +222,7 @@ def _exchange_estimate(client, workers: list[str], store, path: str, partition, 
     setup = setup_seconds(store.edges, g, str(partition), True, len(workers))
     if setup >= data_seconds:
         return np.zeros(store.depth, dtype=np.int64), None, setup, "bound"
-    per_entry, window = client.submit(sample_volumes, path, g, str(partition), workers=[workers[0]], pure=False).result()
+    # on the client: on a 65,536-wide network the sample's Mt-KaHyPar layer peaks at about 0.6 GB, more than a
+    # small worker may hold (measured: 6.6 s for 3 layers on the 2-core VM)
+    per_entry, window = sample_volumes(path, g, str(partition))
     return np.round(nnz * float(np.mean(per_entry))).astype(np.int64), window, setup, "sample"

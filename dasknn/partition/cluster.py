@@ -10,7 +10,7 @@ from .methods import partition_network
 from .metrics import layer_volumes
 
 #: Consecutive layers a sample partition covers (:func:`sample_volumes`).
-SAMPLE_LAYERS = 4
+SAMPLE_LAYERS = 3
 
 
 def sample_window(depth: int, layers: int = SAMPLE_LAYERS) -> tuple[int, int]:
@@ -22,7 +22,7 @@ def sample_window(depth: int, layers: int = SAMPLE_LAYERS) -> tuple[int, int]:
 
 
 def sample_volumes(path: str, parts: int, method: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A cheap estimate of the exchange a partition by ``method`` would need (a task: it reads the layers).
+    """A cheap estimate of the exchange a partition by ``method`` would need (it reads the layers it samples).
 
     The layers of :func:`sample_window` are partitioned on their own, by ``method`` where that is cheap
     (``block``, ``random``, ``fast``, ``fast-segments``) and by ``fast`` otherwise (the hypergraph methods send
@@ -32,7 +32,7 @@ def sample_volumes(path: str, parts: int, method: str, seed: int = 0) -> tuple[n
     -------
     tuple
         The sample's entries sent per image per layer divided by the layer's entries (one value per sampled
-        layer), and the owners rows ``middle - 1`` and ``middle`` of the network's middle layer.
+        layer after its first), and the owners rows ``middle - 1`` and ``middle`` of the network's middle layer.
     """
     store = open_store(path, check="lazy")
     first, last = sample_window(store.depth)
@@ -40,6 +40,8 @@ def sample_volumes(path: str, parts: int, method: str, seed: int = 0) -> tuple[n
     cheap = method if method in ("block", "random", "fast", "fast-segments") else "fast"
     owners = partition_network(layers, parts, "fast" if cheap == "fast-segments" else cheap, seed=seed)
     per_entry = layer_volumes(layers, owners, parts=parts) / np.array([max(1, w.nnz) for w in layers], dtype=float)
+    # the sample's first layer has its inputs free to follow its outputs (sends nothing): not like the network's
+    per_entry = per_entry[1:] if per_entry.size > 1 else per_entry
     i = max(1, store.depth // 2) - first  # the middle layer's input row, in the sample's rows
     return per_entry, owners[i:i + 2]
 
