@@ -1,10 +1,17 @@
 """The fused kernel on the blocks each mode runs: the whole layer (data mode) against one part's block (model mode),
-on one process alone and on several at once.
+on one process alone and on several at once; or (``--compare``) today's kernel against the one before issue 18.
 
 Usage (from the repository root)::
 
     python benchmarks/bench_kernel_shapes.py [--store bench-out/n65536-l480.zarr] [--layer 240] [--parts 2] \\
         [--processes 2] [--partition hypergraph-k2-s0-e0.03]
+    python benchmarks/bench_kernel_shapes.py --compare [--images 60000] [--rounds 3]
+
+``--compare`` times, in one process and alternating so the shared machine's load falls on both alike: the
+per-edge rate on one whole generated layer (32 inputs per neuron, a quarter of the activations nonzero) at
+1,024 .. 65,536 neurons, and ``run_layers`` on the real n1024-l120 network and its inputs, in float32 and
+float64; it prints the ratios and each kernel's multiply-adds per second against this core's measured peak
+(``bench_machine.py``). The old kernel is kept in this script, for this comparison only.
 
 Each figure is :func:`dasknn.cost.kernel_rate` (multiply-adds per second over one of the kernel's tiles of
 random activations), the measurement the cost model makes per mode. With ``--processes`` processes running it at
@@ -16,6 +23,182 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import time
+
+import numba
+import numpy as np
+
+DATA = "/work/shared/data/graphchallenge"
+
+
+# The kernel as it was before issue 18 (dasknn a9c9527), kept here only to be timed beside today's.
+@numba.njit(nogil=True, boundscheck=False)
+def _old_layer_step_numba(yt, extra, split, indptr, indices, data, bias, ymax, out, tile):  # pragma: no cover
+    # out[j, :] = h(sum_p data[p] * x[indices[p], :]) for the block's columns j, tile by tile of images, where
+    # the input rows x are yt's rows followed by extra's (index i >= split reads extra[i - split]): a part in
+    # model mode reads its own block and the received rows in place, with no assembled copy.
+    # Four entries per pass halve the loads and stores of the accumulator; the sum is still formed left to
+    # right in the block's entry order, so results do not depend on the unrolling.
+    nout = indptr.size - 1
+    nb = yt.shape[1]
+    zero = out.dtype.type(0)
+    for b0 in range(0, nb, tile):
+        b1 = min(b0 + tile, nb)
+        n = b1 - b0
+        for j in range(nout):
+            acc = out[j, b0:b1]
+            acc[:] = zero
+            p = indptr[j]
+            end = indptr[j + 1]
+            while p + 4 <= end:
+                w0, w1, w2, w3 = data[p], data[p + 1], data[p + 2], data[p + 3]
+                i0, i1, i2, i3 = indices[p], indices[p + 1], indices[p + 2], indices[p + 3]
+                s0 = yt[i0, b0:b1] if i0 < split else extra[i0 - split, b0:b1]
+                s1 = yt[i1, b0:b1] if i1 < split else extra[i1 - split, b0:b1]
+                s2 = yt[i2, b0:b1] if i2 < split else extra[i2 - split, b0:b1]
+                s3 = yt[i3, b0:b1] if i3 < split else extra[i3 - split, b0:b1]
+                for b in range(n):
+                    acc[b] = acc[b] + s0[b] * w0 + s1[b] * w1 + s2[b] * w2 + s3[b] * w3
+                p += 4
+            while p < end:
+                w0 = data[p]
+                i0 = indices[p]
+                s0 = yt[i0, b0:b1] if i0 < split else extra[i0 - split, b0:b1]
+                for b in range(n):
+                    acc[b] += s0[b] * w0
+                p += 1
+            for b in range(n):
+                v = acc[b]
+                if v != zero:  # the bias goes to nonzeros only
+                    v = v + bias
+                    if v < zero:
+                        v = zero
+                    elif v > ymax:
+                        v = ymax
+                    acc[b] = v
+
+
+
+
+def _old_step(yt, indptr, indices, data, bias, ymax):
+    out = np.empty((indptr.size - 1, yt.shape[1]), dtype=yt.dtype)
+    if yt.shape[1] and out.shape[0]:
+        tile = int(max(128, min(4096, (1 << 21) // max(1, yt.shape[0]))))
+        _old_layer_step_numba(yt, yt, yt.shape[0], indptr, indices, data.astype(yt.dtype, copy=False),
+                              yt.dtype.type(bias), yt.dtype.type(ymax), out, tile)
+    return out
+
+
+def _old_run_layers(yt, layers, bias, ymax, ids, work=None):
+    """The loop before issue 18: a step, then the dead images cut out by a separate pass (``work`` gets the
+    multiply-adds each layer really does: entries times the images still alive)."""
+    for indptr, indices, data in layers:
+        if work is not None:
+            work.append(indices.size * yt.shape[1])
+        yt = _old_step(yt, indptr, indices, data, bias, ymax)
+        keep = yt.any(axis=0)
+        if not keep.all():
+            yt, ids = yt[:, keep], ids[keep]
+        if yt.shape[1] == 0:
+            break
+    return yt, ids
+
+
+def _random_layer(neurons: int, per_column: int, rng) -> tuple:
+    indices = np.sort(rng.integers(0, neurons, (neurons, per_column)), axis=1).astype(np.int32).ravel()
+    indptr = np.arange(0, indices.size + 1, per_column, dtype=np.int64)
+    return indptr, indices, np.full(indices.size, 1 / 16)
+
+
+def _alternate(calls: dict, rounds: int) -> dict:
+    """Median seconds of each call, the calls run in turn ``rounds`` times (after one untimed warm-up)."""
+    times: dict = {k: [] for k in calls}
+    for f in calls.values():
+        f()
+    for _ in range(rounds):
+        for k, f in calls.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def _compare_layers(rounds: int, peaks: dict) -> None:
+    from dasknn import kernels
+
+    print("| neurons | images | dtype | old edges/s | new edges/s | new / old | old % of peak | new % of peak |")
+    print("|--:|--:|---|--:|--:|--:|--:|--:|")
+    rng = np.random.default_rng(0)
+    for neurons, images in ((1024, 8192), (4096, 4096), (16384, 2048), (65536, 1024)):
+        indptr, indices, data = _random_layer(neurons, 32, rng)
+        for dt in (np.float32, np.float64):
+            yt = (rng.random((neurons, images)) < 0.25).astype(dt)
+            t = _alternate({"old": lambda: _old_step(yt, indptr, indices, data, -0.3, 32.0),
+                            "new": lambda: kernels.layer_step(yt, indptr, indices, data, -0.3, 32.0)}, rounds)
+            np.testing.assert_array_equal(_old_step(yt, indptr, indices, data, -0.3, 32.0),
+                                          kernels.layer_step(yt, indptr, indices, data, -0.3, 32.0))
+            old, new = (indices.size * images / t[k] for k in ("old", "new"))
+            peak = peaks[np.dtype(dt).name]
+            print(f"| {neurons} | {images} | {np.dtype(dt).name} | {old:.3g} | {new:.3g} | {new / old:.2f} "
+                  f"| {100 * old / peak:.0f} % | {100 * new / peak:.0f} % |")
+
+
+def _compare_real(images: int, rounds: int, peaks: dict) -> None:
+    from dasknn import io, kernels
+
+    net = io.read_network(f"{DATA}/neuron1024.tar.gz")
+    x = io.read_images(f"{DATA}/sparse-images-1024.tsv.gz")[:images]
+    truth = io.read_categories(f"{DATA}/neuron1024-l120-categories.tsv")
+    truth = truth[truth < images]
+    layers = [(w.indptr, w.indices, w.data) for w in net.layers]
+    edges = float(images) * sum(w.nnz for w in net.layers)
+    print(f"\nrun_layers on n1024-l120, {images} images, one process (one core), median of {rounds}:")
+    print("edges/s count every image at every layer, as the challenge does; useful multiply-adds/s count only the")
+    print("images still alive, against one core's peak")
+    print("| dtype | old s | new s | old edges/s | new edges/s | new / old | old useful madd/s | new useful madd/s "
+          "| categories |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|---|")
+    rates = {}
+    for dt in (np.float32, np.float64):
+        ls = [(p, i, d.astype(dt)) for p, i, d in layers]
+        yt0 = kernels.dense_transposed(x, dt)
+        ids = np.arange(images)
+        got: dict = {}
+        calls = {k: (lambda k=k, f=f: got.__setitem__(k, f(yt0, ls, net.bias, net.ymax, ids)))
+                 for k, f in (("old", _old_run_layers), ("new", kernels.run_layers_numpy))}
+        t = _alternate(calls, rounds)
+        work: list = []
+        _old_run_layers(yt0, ls, net.bias, net.ymax, ids, work)
+        (yo, io_), (yn, in_) = got["old"], got["new"]
+        same = np.array_equal(io_, in_) and np.array_equal(yo, yn)
+        cats = np.sort(in_[yn.any(axis=0)])
+        verdict = "bit-equal to the old kernel" if same else "DIFFERENT from the old kernel"
+        if dt == np.float64:
+            verdict += ", equal to the truth" if np.array_equal(cats, truth) else ", NOT the truth"
+        rates[dt] = edges / t["new"]
+        useful = sum(work) / t["new"], sum(work) / t["old"]
+        print(f"| {np.dtype(dt).name} | {t['old']:.2f} | {t['new']:.2f} | {edges / t['old']:.3g} | {rates[dt]:.3g} "
+              f"| {t['old'] / t['new']:.2f} | {useful[1]:.3g} = {100 * useful[1] / peaks[np.dtype(dt).name]:.0f} % "
+              f"| {useful[0]:.3g} = {100 * useful[0] / peaks[np.dtype(dt).name]:.0f} % | {verdict} |")
+    print(f"float64 / float32 (new): {rates[np.float64] / rates[np.float32]:.2f}")
+
+
+def compare(argv: list[str]) -> None:
+    """The ``--compare`` run (see the module docstring)."""
+    from bench_machine import peak_madd
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compare", action="store_true")
+    ap.add_argument("--images", type=int, default=60000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--skip-real", action="store_true")
+    args = ap.parse_args(argv)
+    peaks = {np.dtype(dt).name: peak_madd(dt, 0.5) for dt in (np.float32, np.float64)}
+    print(f"peak multiply-adds/s on one core: float32 {peaks['float32']:.3g}, float64 {peaks['float64']:.3g}")
+    print(f"numba {numba.__version__}; % of peak counts one multiply-add per edge and image")
+    _compare_layers(args.rounds, peaks)
+    if not args.skip_real:
+        _compare_real(args.images, args.rounds, peaks)
 
 
 def _rate(args: tuple) -> float:
@@ -25,7 +208,11 @@ def _rate(args: tuple) -> float:
 
 
 def main() -> None:
-    import numpy as np
+    import sys
+
+    if "--compare" in sys.argv:
+        compare(sys.argv[1:])
+        return
 
     from dasknn.store import load_partition, open_store
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dasknn import kernels
+from dasknn import kernels, reference
 
 
 def _challenge_layer(yt: np.ndarray, w: sp.csc_matrix, bias: float, ymax: float) -> np.ndarray:
@@ -31,6 +31,63 @@ def test_layer_step_reads_received_rows_in_place(dtype, received, images):
     np.testing.assert_allclose(got, expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
     whole = kernels.layer_step(x, w.indptr, w.indices.astype(np.int32), w.data, -0.3, 32.0)
     np.testing.assert_array_equal(got, whole)  # same order of sums: the split changes nothing
+
+
+def _random_block(rng, inputs: int, outputs: int, density: float, empty_columns: bool) -> sp.csc_matrix:
+    w = sp.random(inputs, outputs, density=density, format="csc", random_state=rng, dtype=np.float64)
+    w.data = rng.standard_normal(w.nnz) / 4
+    if empty_columns:  # some outputs with no inputs at all
+        w = w.tolil()
+        w[:, ::3] = 0
+        w = w.tocsc()
+        w.eliminate_zeros()
+    w.sort_indices()
+    return w
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("inputs", [40, 3000])  # one tile of images, and several (a tile holds ~1 MB of inputs)
+@pytest.mark.parametrize("images", [0, 1, 7, 17, 301])
+@pytest.mark.parametrize("empty_columns", [False, True])
+def test_layer_step_is_bit_equal_to_the_reference(dtype, inputs, images, empty_columns):
+    # Each output sums its inputs in ascending input order, multiply and add rounded separately: the same
+    # numbers as the SciPy reference, to the bit, in float32 too, whatever the tiling and the vector length.
+    rng = np.random.default_rng(inputs + images)
+    w = _random_block(rng, inputs, 29, 12 / inputs, empty_columns).astype(dtype)
+    x = ((rng.random((images, inputs)) < 0.5) * rng.random((images, inputs)) * 8).astype(dtype)
+    x[::5] = 0  # some images with no activation at all
+    want = reference.layer_step(sp.csr_matrix(x), w, -0.3, 4.0).toarray().T
+    got = kernels.layer_step(np.ascontiguousarray(x.T), w.indptr, w.indices, w.data, -0.3, 4.0)
+    assert got.dtype == dtype and got.shape == (29, images)
+    np.testing.assert_array_equal(got, want)
+    if inputs > 7:  # the same sums with the last rows received from other parts
+        split = inputs - 7
+        parts = kernels.layer_step(np.ascontiguousarray(x.T[:split]), w.indptr, w.indices, w.data, -0.3, 4.0,
+                                   extra=np.ascontiguousarray(x.T[split:]))
+        np.testing.assert_array_equal(parts, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("images", [0, 1, 9, 260])
+def test_run_layers_drops_dead_images_and_matches_the_reference(dtype, images):
+    rng = np.random.default_rng(images)
+    layers = [_random_block(rng, 64, 64, 0.15, False).astype(dtype) for _ in range(6)]
+    for w in layers:
+        w.data = np.abs(w.data)
+    x = ((rng.random((images, 64)) < 0.3) * 4).astype(dtype)
+    x[::4] = 0
+    want = reference.infer(layers, sp.csr_matrix(x), -0.4, 32.0, dtype).toarray()
+    yt, ids = kernels.run_layers_numpy(np.ascontiguousarray(x.T), [(w.indptr, w.indices, w.data) for w in layers],
+                                       -0.4, 32.0, np.arange(images))
+    alive = np.flatnonzero(want.any(axis=1))
+    np.testing.assert_array_equal(ids, alive)
+    np.testing.assert_array_equal(yt, want[alive].T)
+
+
+def test_tiles_hold_about_a_megabyte_of_inputs():
+    assert kernels.tile_for(1024) == 256 and kernels.tile_for(1024, 8) == 128
+    assert kernels.tile_for(64) == 4096 and kernels.tile_for(65536) == 64
+    assert all(kernels.tile_for(n, s) % 16 == 0 for n in (1, 100, 3000, 70000) for s in (4, 8))
 
 
 @pytest.mark.parametrize("density", [0.0, 0.02, 0.5, 1.0])
