@@ -46,8 +46,8 @@ def _random_block(rng, inputs: int, outputs: int, density: float, empty_columns:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("inputs", [40, 3000])  # one tile of images, and several (a tile holds ~1 MB of inputs)
-@pytest.mark.parametrize("images", [0, 1, 7, 17, 301])
+@pytest.mark.parametrize("inputs", [40, 3000])  # one tile of images, and several (a tile: 256 images here)
+@pytest.mark.parametrize("images", [0, 1, 7, 17, 601])
 @pytest.mark.parametrize("empty_columns", [False, True])
 def test_layer_step_is_bit_equal_to_the_reference(dtype, inputs, images, empty_columns):
     # Each output sums its inputs in ascending input order, multiply and add rounded separately: the same
@@ -85,8 +85,8 @@ def test_run_layers_drops_dead_images_and_matches_the_reference(dtype, images):
 
 
 def test_tiles_hold_about_a_megabyte_of_inputs():
-    assert kernels.tile_for(1024) == 256 and kernels.tile_for(1024, 8) == 128
-    assert kernels.tile_for(64) == 4096 and kernels.tile_for(65536) == 64
+    assert kernels.tile_for(1024) == 256 and kernels.tile_for(256, 8) == 512
+    assert kernels.tile_for(64) == 4096 and kernels.tile_for(65536) == 256
     assert all(kernels.tile_for(n, s) % 16 == 0 for n in (1, 100, 3000, 70000) for s in (4, 8))
 
 
