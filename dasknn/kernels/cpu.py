@@ -107,6 +107,7 @@ def _step(yt: np.ndarray, indptr: np.ndarray, indices: np.ndarray, data: np.ndar
     if width and out.shape[0]:
         tile = min(tile_for(rows, dtype.itemsize), width)
         buf = np.empty((rows, tile), dtype=dtype)  # NumPy asks for huge pages on large buffers
+        indptr = indptr.astype(np.int64, copy=False)  # one compiled kernel, with 64-bit entry positions
         _layer_step_numba(yt, extra, yt.shape[0], cols, indptr, indices, data.astype(dtype, copy=False),
                           dtype.type(bias), dtype.type(ymax), out, buf, np.empty(tile, dtype=dtype), live)
     elif out.size:
