@@ -3,7 +3,8 @@
 Activations are held *transposed and dense*: ``yt`` has one row per neuron and one column per image (``N x B``),
 so the inner loop of the sparse product is a contiguous, vectorisable run over images. Dense because once dead
 images are dropped the survivors are nearly all nonzero (over the challenge's 120 layers, 93 % of the alive
-images' activations are nonzero).
+images' activations are nonzero). Each tile of images is packed into a small contiguous buffer first (see
+:func:`tile_for`); the figures against this machine's limits are in BENCHMARKS.md (issue 18).
 """
 
 from __future__ import annotations
