@@ -11,7 +11,8 @@ Usage (from the repository root)::
 per-edge rate on one whole generated layer (32 inputs per neuron, a quarter of the activations nonzero) at
 1,024 .. 65,536 neurons, and ``run_layers`` on the real n1024-l120 network and its inputs, in float32 and
 float64; it prints the ratios and each kernel's multiply-adds per second against this core's measured peak
-(``bench_machine.py``). The old kernel is kept in this script, for this comparison only.
+(``bench_machine.py``). The baseline is the library's own kernel
+(the packed-tile attempt it was compared with was reverted; see BENCHMARKS.md).
 
 Each figure is :func:`dasknn.cost.kernel_rate` (multiply-adds per second over one of the kernel's tiles of
 random activations), the measurement the cost model makes per mode. With ``--processes`` processes running it at
@@ -31,62 +32,13 @@ import numpy as np
 DATA = "/work/shared/data/graphchallenge"
 
 
-# The kernel as it was before issue 18 (dasknn a9c9527), kept here only to be timed beside today's.
-@numba.njit(nogil=True, boundscheck=False)
-def _old_layer_step_numba(yt, extra, split, indptr, indices, data, bias, ymax, out, tile):  # pragma: no cover
-    # out[j, :] = h(sum_p data[p] * x[indices[p], :]) for the block's columns j, tile by tile of images, where
-    # the input rows x are yt's rows followed by extra's (index i >= split reads extra[i - split]): a part in
-    # model mode reads its own block and the received rows in place, with no assembled copy.
-    # Four entries per pass halve the loads and stores of the accumulator; the sum is still formed left to
-    # right in the block's entry order, so results do not depend on the unrolling.
-    nout = indptr.size - 1
-    nb = yt.shape[1]
-    zero = out.dtype.type(0)
-    for b0 in range(0, nb, tile):
-        b1 = min(b0 + tile, nb)
-        n = b1 - b0
-        for j in range(nout):
-            acc = out[j, b0:b1]
-            acc[:] = zero
-            p = indptr[j]
-            end = indptr[j + 1]
-            while p + 4 <= end:
-                w0, w1, w2, w3 = data[p], data[p + 1], data[p + 2], data[p + 3]
-                i0, i1, i2, i3 = indices[p], indices[p + 1], indices[p + 2], indices[p + 3]
-                s0 = yt[i0, b0:b1] if i0 < split else extra[i0 - split, b0:b1]
-                s1 = yt[i1, b0:b1] if i1 < split else extra[i1 - split, b0:b1]
-                s2 = yt[i2, b0:b1] if i2 < split else extra[i2 - split, b0:b1]
-                s3 = yt[i3, b0:b1] if i3 < split else extra[i3 - split, b0:b1]
-                for b in range(n):
-                    acc[b] = acc[b] + s0[b] * w0 + s1[b] * w1 + s2[b] * w2 + s3[b] * w3
-                p += 4
-            while p < end:
-                w0 = data[p]
-                i0 = indices[p]
-                s0 = yt[i0, b0:b1] if i0 < split else extra[i0 - split, b0:b1]
-                for b in range(n):
-                    acc[b] += s0[b] * w0
-                p += 1
-            for b in range(n):
-                v = acc[b]
-                if v != zero:  # the bias goes to nonzeros only
-                    v = v + bias
-                    if v < zero:
-                        v = zero
-                    elif v > ymax:
-                        v = ymax
-                    acc[b] = v
-
-
-
-
+# The baseline of ``--compare``: the library's kernel. Issue 18's packed-tile kernel, compared here against a copy
+# of this one, was reverted once the 2-worker run showed no gain (BENCHMARKS.md); a candidate kernel goes in its
+# place in the library and is timed against this baseline.
 def _old_step(yt, indptr, indices, data, bias, ymax):
-    out = np.empty((indptr.size - 1, yt.shape[1]), dtype=yt.dtype)
-    if yt.shape[1] and out.shape[0]:
-        tile = int(max(128, min(4096, (1 << 21) // max(1, yt.shape[0]))))
-        _old_layer_step_numba(yt, yt, yt.shape[0], indptr, indices, data.astype(yt.dtype, copy=False),
-                              yt.dtype.type(bias), yt.dtype.type(ymax), out, tile)
-    return out
+    from dasknn import kernels
+
+    return kernels.layer_step_numpy(yt, indptr, indices, data, bias, ymax)
 
 
 def _old_run_layers(yt, layers, bias, ymax, ids, work=None):
