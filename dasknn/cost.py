@@ -35,6 +35,8 @@ PROBE_BUDGET = 4e9
 #: Seconds each worker runs the kernel for :func:`kernel_rate`, and the multiply-adds of one call at most.
 KERNEL_SECONDS = 0.5
 KERNEL_CALL = 2e8
+#: Layers data mode's loop is timed over by :func:`kernel_rate` (``loop``).
+LOOP_LAYERS = 8
 
 
 @dataclass
@@ -169,17 +171,21 @@ def _warm_up(yt: np.ndarray, layer: tuple, store) -> None:
 
 
 def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None, part: int = 0,
-                width: int | None = None, seconds: float = KERNEL_SECONDS) -> float:
+                width: int | None = None, seconds: float = KERNEL_SECONDS, loop: bool = False) -> float:
     """Multiply-adds per second of the fused kernel on layer ``k`` as a mode runs it: the whole layer (data
     mode), or part ``part``'s block of it (its columns, indexed into its own and its received rows) when
     ``owners`` (rows ``k - 1`` and ``k`` of an owners array) is given (model mode), over ``width`` images (by
-    default one of the kernel's tiles).
+    default one of the kernel's tiles). With ``loop``, data mode's loop over layers
+    (:func:`dasknn.kernels.run_layers`, tiles carried through up to :data:`LOOP_LAYERS` layers from ``k``)
+    instead of one step: it keeps a tile's activations in cache between layers, so it runs faster per
+    multiply-add than a single step.
 
     The activations are random: the kernel visits every entry for every image, so its time does not depend on
-    the values. The engine runs this on one worker alone and then on every worker at once, once per mode: the
-    rate depends on the block's shape and on what workers sharing a machine take from each other's caches (on
-    a 65,536 x 480 network a part's block ran 1.4 times faster per multiply-add than the whole layer with two
-    workers running). The ratios scale the probe's rate, which knows the batch's real widths.
+    the values (the loop's multiply-adds, which depend on the images that die, are counted layer by layer
+    before the timing). The engine runs this on one worker alone and then on every worker at once, once per
+    mode: the rate depends on the block's shape and on what workers sharing a machine take from each other's
+    caches (on a 65,536 x 480 network a part's block ran 1.4 times faster per multiply-add than the whole layer
+    with two workers running). The ratios scale the probe's rate, which knows the batch's real widths.
     """
     store = open_store(path, check="lazy")
     w = store.layer(k)
@@ -192,21 +198,48 @@ def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None,
         indptr, indices, data = local_block(w, pl, rows)
         block, extra_rows = (indptr, indices, data.astype(dt)), received_rows(pl)
     nnz = max(1, block[1].size)
-    tile = kernels.tile_for(rows + extra_rows)
+    tile = kernels.tile_for(rows + extra_rows, dt.itemsize)
     width = int(max(1, min(width or tile, max(tile, KERNEL_CALL // nnz))))
     rng = np.random.default_rng(k)
-    yt = (rng.random((rows, width)) < 0.25).astype(dt)
+    # inputs at the clamp, as activations are after the first layers: images live on through a loop's layers
+    yt = (rng.random((rows, width)) < 0.25).astype(dt) * dt.type(store.ymax)
     extra = (rng.random((extra_rows, width)) < 0.25).astype(dt) if owners is not None else None
-    kernels.layer_step(yt[:, :1].copy(), *block, store.bias, store.ymax,
-                       extra=None if extra is None else extra[:, :1].copy())  # machine code loaded, untimed
+    if loop:
+        last = min(store.depth, k + LOOP_LAYERS - 1)
+        layers = [block] + [_layer_arrays(store, j, dt) for j in range(k + 1, last + 1)]
+        macs = _loop_macs(yt, layers, store)
+        kernels.run_layers(yt[:, :1].copy(), layers[:1], store.bias, store.ymax, np.arange(1))  # code loaded
+        call = lambda: kernels.run_layers(yt, layers, store.bias, store.ymax, np.arange(width))  # noqa: E731
+    else:
+        macs = nnz * width
+        kernels.layer_step(yt[:, :1].copy(), *block, store.bias, store.ymax,
+                           extra=None if extra is None else extra[:, :1].copy())  # machine code loaded, untimed
+        call = lambda: kernels.layer_step(yt, *block, store.bias, store.ymax, extra=extra)  # noqa: E731
     calls = 0
     t0 = time.perf_counter()
     while True:
-        kernels.layer_step(yt, *block, store.bias, store.ymax, extra=extra)
+        call()
         calls += 1
         elapsed = time.perf_counter() - t0
         if elapsed >= seconds:
-            return calls * nnz * width / elapsed
+            return calls * macs / elapsed
+
+
+def _layer_arrays(store, k: int, dt: np.dtype) -> tuple:
+    w = store.layer(k)
+    return w.indptr, w.indices, w.data.astype(dt)
+
+
+def _loop_macs(yt: np.ndarray, layers: list[tuple], store) -> float:
+    # the multiply-adds of the layer loop on yt: each layer's entries times the images alive at its input
+    macs = 0.0
+    for indptr, indices, data in layers:
+        if yt.shape[1] == 0:
+            break
+        macs += float(indices.size) * yt.shape[1]
+        yt = kernels.layer_step(yt, indptr, indices, data, store.bias, store.ymax)
+        yt = yt[:, kernels.alive(yt)]
+    return macs
 
 
 def _per_layer(values: list[float], depth: int) -> np.ndarray:

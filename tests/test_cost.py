@@ -222,3 +222,39 @@ def test_a_partition_that_does_not_match_the_network_is_refused(fresh_store):
     three = np.resize(np.arange(3, dtype=np.int32), (13, 1024))
     with pytest.raises(DasknnError, match="has 3 parts but each group has 2 workers"):
         engine.resolve_partition(str(fresh_store), three, 2)
+
+
+def test_data_mode_kernel_rate_times_its_loop_over_layers_and_counts_the_live_images(slice_store, monkeypatch):
+    from dasknn import kernels, store
+
+    s = store.open_store(slice_store)
+    seen = []
+    loop = kernels.run_layers
+
+    def counting(yt, layers, bias, ymax, ids, compact_every=None):
+        seen.append((yt.shape[1], [indices.size for _, indices, _ in layers]))
+        return loop(yt, layers, bias, ymax, ids, compact_every)
+
+    monkeypatch.setattr(kernels, "run_layers", counting)
+    macs = []
+    monkeypatch.setattr(cost, "_loop_macs", lambda yt, layers, st: macs.append(yt.shape[1]) or 1e6)
+    monkeypatch.setattr(cost, "LOOP_LAYERS", 3)
+    rate = cost.kernel_rate(str(slice_store), 5, "float32", width=300, seconds=0.05, loop=True)
+    assert seen[0][0] == 1 and len(seen) >= 2  # one untimed image, then the timed width
+    width, nnz = seen[-1]
+    assert width == 300 and nnz == [s.layer(k).nnz for k in (5, 6, 7)]
+    assert macs == [300]
+    assert 0 < rate <= (len(seen) - 1) * 1e6 / 0.05  # the counted work per timed call, over at least 0.05 s
+
+
+def test_loop_multiply_adds_count_only_the_images_alive_at_each_layer():
+    from dasknn import kernels
+
+    class Rule:
+        bias, ymax = -0.3, 32.0
+
+    kill = (np.array([0, 0, 0]), np.zeros(0, dtype=np.int32), np.zeros(0))  # two outputs with no inputs: all die
+    keep = (np.array([0, 1, 2]), np.array([0, 1], dtype=np.int32), np.array([1.0, 1.0]))
+    yt = np.full((2, 5), 4.0)
+    assert cost._loop_macs(yt, [keep, keep, kill, keep], Rule) == 2 * 5 + 2 * 5 + 0 * 5
+    assert kernels.alive(kernels.layer_step(yt, *kill, -0.3, 32.0)).sum() == 0

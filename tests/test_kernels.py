@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from dasknn import kernels, reference
+from dasknn.kernels import cpu
 
 
 def _challenge_layer(yt: np.ndarray, w: sp.csc_matrix, bias: float, ymax: float) -> np.ndarray:
@@ -85,8 +86,62 @@ def test_run_layers_drops_dead_images_and_matches_the_reference(dtype, images):
 
 
 def test_tiles_keep_inputs_in_cache_between_their_bounds():
-    assert kernels.tile_for(1024) == 2048 and kernels.tile_for(64) == 4096 and kernels.tile_for(65536) == 128
-    assert all(128 <= kernels.tile_for(n) <= 4096 for n in (1, 100, 3000, 70000))
+    assert kernels.tile_for(1024) == 256 and kernels.tile_for(1024, 8) == 128
+    assert kernels.tile_for(64) == 4096 and kernels.tile_for(65536) == 16
+    for n in (1, 100, 1000, 3000, 70000):
+        for itemsize in (4, 8):
+            tile = kernels.tile_for(n, itemsize)
+            assert 16 <= tile <= 4096 and tile % 16 == 0
+            assert tile == 16 or tile * n * itemsize <= cpu.TILE_BYTES
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("tile_bytes", [64 * 16 * 8, 1 << 20])  # tiles of 16 images (many), or one for all
+@pytest.mark.parametrize("group_layers", [1, 3, 16])
+def test_layer_loop_across_tiles_and_groups_is_bit_equal_to_one_layer_at_a_time(monkeypatch, dtype, tile_bytes,
+                                                                               group_layers):
+    # tiles run through groups of layers and squeeze dead images out as they go: every tile size and group
+    # length must give exactly the activations and survivors of stepping layer by layer and then cutting
+    monkeypatch.setattr(cpu, "TILE_BYTES", tile_bytes)
+    monkeypatch.setattr(cpu, "GROUP_LAYERS", group_layers)
+    rng = np.random.default_rng(group_layers)
+    layers = [_random_block(rng, 64, 64, 0.12, k % 4 == 1).astype(dtype) for k in range(11)]
+    for w in layers:
+        w.data = np.abs(w.data) + 0.05  # most images live on; the bias still kills some
+    x = ((rng.random((64, 203)) < 0.3) * rng.random((64, 203)) * 8).astype(dtype)
+    x[:, ::7] = 0  # dead from the start
+    yt, ids = x, np.arange(203)
+    for w in layers:
+        yt = kernels.layer_step(yt, w.indptr, w.indices, w.data, -0.3, 32.0)
+        keep = yt.any(axis=0)
+        yt, ids = yt[:, keep], ids[keep]
+    pulled = []
+
+    def stream():  # an iterator, as streamed layers come: the loop holds one group at a time
+        for k, w in enumerate(layers):
+            pulled.append(k)
+            yield w.indptr, w.indices, w.data
+
+    got, got_ids = kernels.run_layers_numpy(x, stream(), -0.3, 32.0, np.arange(203))
+    assert 0 < ids.size < 203
+    np.testing.assert_array_equal(got_ids, ids)
+    np.testing.assert_array_equal(got, yt)
+    assert pulled == list(range(len(layers)))
+
+
+def test_layer_loop_stops_reading_layers_once_every_image_is_dead():
+    w = sp.csc_matrix(np.zeros((8, 8)))
+    w.indptr, w.indices, w.data = np.zeros(9, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0)
+    pulled = []
+
+    def stream():
+        for k in range(40):
+            pulled.append(k)
+            yield w.indptr, w.indices, w.data
+
+    yt, ids = kernels.run_layers_numpy(np.ones((8, 5)), stream(), -0.3, 32.0, np.arange(5))
+    assert yt.shape == (8, 0) and ids.size == 0
+    assert len(pulled) <= cpu.GROUP_LAYERS
 
 
 @pytest.mark.parametrize("density", [0.0, 0.02, 0.5, 1.0])

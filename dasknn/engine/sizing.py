@@ -134,12 +134,14 @@ def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str
     return figures
 
 
-def _kernel_rate(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray | None) -> float:
-    # ``workers`` at once, each on the block its mode gives it (model mode: its part, its place in its group)
+def _kernel_rate(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray | None,
+                 loop: bool = False) -> float:
+    # ``workers`` at once, each on the block its mode gives it (model mode: its part, its place in its group;
+    # data mode: its loop over layers, with ``loop``)
     from ..cost import kernel_rate
 
     g = 1 if owners is None else int(owners.max()) + 1
-    futures = [client.submit(kernel_rate, path, k, dtype, owners, i % g, workers=[w],
+    futures = [client.submit(kernel_rate, path, k, dtype, owners, i % g, loop=loop, workers=[w],
                              allow_other_workers=False, pure=False) for i, w in enumerate(workers)]
     return float(np.mean(client.gather(futures)))
 
@@ -181,7 +183,9 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
                            resident=res, setup=setup, volumes_from=source)
 
         if g == 1:
-            cal.kernel_rates[1] = cal.kernel_rate * _kernel_rate(client, workers, path, dtype, middle, None) / solo
+            # data mode runs its loop over layers, faster per multiply-add than the probe's single steps
+            cal.kernel_rates[1] = cal.kernel_rate * _kernel_rate(client, workers, path, dtype, middle, None,
+                                                                 loop=True) / solo
             return model()
         volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res,
                                                             data_seconds)
