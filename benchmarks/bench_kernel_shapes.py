@@ -5,14 +5,15 @@ Usage (from the repository root)::
 
     python benchmarks/bench_kernel_shapes.py [--store bench-out/n65536-l480.zarr] [--layer 240] [--parts 2] \\
         [--processes 2] [--partition hypergraph-k2-s0-e0.03]
-    python benchmarks/bench_kernel_shapes.py --compare [--images 60000] [--rounds 3]
+    git show 3835218:dasknn/kernels/cpu.py > /tmp/cpu_before.py     # the kernel to compare with
+    python benchmarks/bench_kernel_shapes.py --compare --baseline /tmp/cpu_before.py [--images 60000] [--rounds 3]
 
-``--compare`` times, in one process and alternating so the shared machine's load falls on both alike: the
-per-edge rate on one whole generated layer (32 inputs per neuron, a quarter of the activations nonzero) at
-1,024 .. 65,536 neurons, and ``run_layers`` on the real n1024-l120 network and its inputs, in float32 and
-float64; it prints the ratios and each kernel's multiply-adds per second against this core's measured peak
-(``bench_machine.py``). The baseline is the library's own kernel
-(the packed-tile attempt it was compared with was reverted; see BENCHMARKS.md).
+``--compare`` times the library's CPU kernel against another version of ``dasknn/kernels/cpu.py`` (the
+baseline), in one process and alternating so the shared machine's load falls on both alike: on generated layers
+(32 inputs per neuron) at 1,024 .. 65,536 neurons, one step over a whole layer (model mode's parts and training
+run single steps) and the loop over 8 layers (data mode's), and ``run_layers`` on the real n1024-l120 network
+and its inputs, in float32 and float64; it prints the ratios and each kernel's multiply-adds per second against
+this core's measured peak (``bench_machine.py``), and checks the results are bit-equal.
 
 Each figure is :func:`dasknn.cost.kernel_rate` (multiply-adds per second over one of the kernel's tiles of
 random activations), the measurement the cost model makes per mode. With ``--processes`` processes running it at
@@ -32,34 +33,39 @@ import numpy as np
 DATA = "/work/shared/data/graphchallenge"
 
 
-# The baseline of ``--compare``: the library's kernel. Issue 18's packed-tile kernel, compared here against a copy
-# of this one, was reverted once the 2-worker run showed no gain (BENCHMARKS.md); a candidate kernel goes in its
-# place in the library and is timed against this baseline.
-def _old_step(yt, indptr, indices, data, bias, ymax):
-    from dasknn import kernels
+def _load_baseline(path: str):
+    """The baseline kernel: another version of ``dasknn/kernels/cpu.py``, loaded as a module of the installed
+    package so its relative imports resolve."""
+    import importlib.util
 
-    return kernels.layer_step_numpy(yt, indptr, indices, data, bias, ymax)
+    import dasknn.kernels  # noqa: F401  (the package the baseline's relative imports resolve against)
+
+    spec = importlib.util.spec_from_file_location("dasknn.kernels.baseline_cpu", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _old_run_layers(yt, layers, bias, ymax, ids, work=None):
-    """The loop before issue 18: a step, then the dead images cut out by a separate pass (``work`` gets the
-    multiply-adds each layer really does: entries times the images still alive)."""
+def _old_run_layers(base, yt, layers, bias, ymax, ids, work=None):
+    """The baseline's loop (``work`` gets the multiply-adds each layer really does: entries times the images
+    still alive)."""
+    if work is None:
+        return base.run_layers_numpy(yt, layers, bias, ymax, ids)
     for indptr, indices, data in layers:
-        if work is not None:
-            work.append(indices.size * yt.shape[1])
-        yt = _old_step(yt, indptr, indices, data, bias, ymax)
+        work.append(indices.size * yt.shape[1])
+        yt = base.layer_step_numpy(yt, indptr, indices, data, bias, ymax)
         keep = yt.any(axis=0)
-        if not keep.all():
-            yt, ids = yt[:, keep], ids[keep]
+        yt, ids = yt[:, keep], ids[keep]
         if yt.shape[1] == 0:
             break
     return yt, ids
 
 
-def _random_layer(neurons: int, per_column: int, rng) -> tuple:
-    indices = np.sort(rng.integers(0, neurons, (neurons, per_column)), axis=1).astype(np.int32).ravel()
-    indptr = np.arange(0, indices.size + 1, per_column, dtype=np.int64)
-    return indptr, indices, np.full(indices.size, 1 / 16)
+def _generated_layers(neurons: int, count: int) -> list[tuple]:
+    from dasknn import generate
+
+    return [(w.indptr.astype(np.int64), w.indices, w.data.astype(np.float64))
+            for w in generate.iter_layers(neurons, count, seed=1)]
 
 
 def _alternate(calls: dict, rounds: int) -> dict:
@@ -75,27 +81,40 @@ def _alternate(calls: dict, rounds: int) -> dict:
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
-def _compare_layers(rounds: int, peaks: dict) -> None:
+def _compare_layers(base, rounds: int, peaks: dict) -> None:
     from dasknn import kernels
 
-    print("| neurons | images | dtype | old edges/s | new edges/s | new / old | old % of peak | new % of peak |")
-    print("|--:|--:|---|--:|--:|--:|--:|--:|")
+    print("Generated layers; a step is one whole layer, the loop runs 8 layers (inputs at the clamp, so images")
+    print("live on); multiply-adds count the images alive at each layer's input")
+    print("| neurons | images | dtype | call | old madd/s | new madd/s | new / old | old % of peak | new % of peak |")
+    print("|--:|--:|---|---|--:|--:|--:|--:|--:|")
     rng = np.random.default_rng(0)
     for neurons, images in ((1024, 8192), (4096, 4096), (16384, 2048), (65536, 1024)):
-        indptr, indices, data = _random_layer(neurons, 32, rng)
+        layers = _generated_layers(neurons, 8)
         for dt in (np.float32, np.float64):
-            yt = (rng.random((neurons, images)) < 0.25).astype(dt)
-            t = _alternate({"old": lambda: _old_step(yt, indptr, indices, data, -0.3, 32.0),
-                            "new": lambda: kernels.layer_step(yt, indptr, indices, data, -0.3, 32.0)}, rounds)
-            np.testing.assert_array_equal(_old_step(yt, indptr, indices, data, -0.3, 32.0),
-                                          kernels.layer_step(yt, indptr, indices, data, -0.3, 32.0))
-            old, new = (indices.size * images / t[k] for k in ("old", "new"))
-            peak = peaks[np.dtype(dt).name]
-            print(f"| {neurons} | {images} | {np.dtype(dt).name} | {old:.3g} | {new:.3g} | {new / old:.2f} "
-                  f"| {100 * old / peak:.0f} % | {100 * new / peak:.0f} % |")
+            ls = [(p, i, d.astype(dt)) for p, i, d in layers]
+            yt = (rng.random((neurons, images)) < 0.25).astype(dt) * dt(32)
+            ids = np.arange(images)
+            work: list = []
+            want = _old_run_layers(base, yt, ls, -0.3, 32.0, ids, work)
+            np.testing.assert_array_equal(want[0], kernels.run_layers_numpy(yt, ls, -0.3, 32.0, ids)[0])
+            step = ls[0]
+            np.testing.assert_array_equal(base.layer_step_numpy(yt, *step, -0.3, 32.0),
+                                          kernels.layer_step_numpy(yt, *step, -0.3, 32.0))
+            for call, macs, old_f, new_f in (
+                ("step", step[1].size * images, lambda: base.layer_step_numpy(yt, *step, -0.3, 32.0),
+                 lambda: kernels.layer_step_numpy(yt, *step, -0.3, 32.0)),
+                ("loop", sum(work), lambda: base.run_layers_numpy(yt, ls, -0.3, 32.0, ids),
+                 lambda: kernels.run_layers_numpy(yt, ls, -0.3, 32.0, ids)),
+            ):
+                t = _alternate({"old": old_f, "new": new_f}, rounds)
+                old, new = macs / t["old"], macs / t["new"]
+                peak = peaks[np.dtype(dt).name]
+                print(f"| {neurons} | {images} | {np.dtype(dt).name} | {call} | {old:.3g} | {new:.3g} "
+                      f"| {new / old:.2f} | {100 * old / peak:.0f} % | {100 * new / peak:.0f} % |", flush=True)
 
 
-def _compare_real(images: int, rounds: int, peaks: dict) -> None:
+def _compare_real(base, images: int, rounds: int, peaks: dict) -> None:
     from dasknn import io, kernels
 
     net = io.read_network(f"{DATA}/neuron1024.tar.gz")
@@ -117,10 +136,10 @@ def _compare_real(images: int, rounds: int, peaks: dict) -> None:
         ids = np.arange(images)
         got: dict = {}
         calls = {k: (lambda k=k, f=f: got.__setitem__(k, f(yt0, ls, net.bias, net.ymax, ids)))
-                 for k, f in (("old", _old_run_layers), ("new", kernels.run_layers_numpy))}
+                 for k, f in (("old", base.run_layers_numpy), ("new", kernels.run_layers_numpy))}
         t = _alternate(calls, rounds)
         work: list = []
-        _old_run_layers(yt0, ls, net.bias, net.ymax, ids, work)
+        _old_run_layers(base, yt0, ls, net.bias, net.ymax, ids, work)
         (yo, io_), (yn, in_) = got["old"], got["new"]
         same = np.array_equal(io_, in_) and np.array_equal(yo, yn)
         cats = np.sort(in_[yn.any(axis=0)])
@@ -144,13 +163,15 @@ def compare(argv: list[str]) -> None:
     ap.add_argument("--images", type=int, default=60000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-real", action="store_true")
+    ap.add_argument("--baseline", required=True, help="another version of dasknn/kernels/cpu.py to compare with")
     args = ap.parse_args(argv)
+    base = _load_baseline(args.baseline)
     peaks = {np.dtype(dt).name: peak_madd(dt, 0.5) for dt in (np.float32, np.float64)}
     print(f"peak multiply-adds/s on one core: float32 {peaks['float32']:.3g}, float64 {peaks['float64']:.3g}")
     print(f"numba {numba.__version__}; % of peak counts one multiply-add per edge and image")
-    _compare_layers(args.rounds, peaks)
+    _compare_layers(base, args.rounds, peaks)
     if not args.skip_real:
-        _compare_real(args.images, args.rounds, peaks)
+        _compare_real(base, args.images, args.rounds, peaks)
 
 
 def _rate(args: tuple) -> float:
