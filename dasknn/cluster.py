@@ -9,6 +9,7 @@ cluster's files are given with ``--tls-ca/--tls-cert/--tls-key``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import datetime as _dt
 import ipaddress
@@ -16,6 +17,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,10 +144,10 @@ def local_client(
                 from dask_cuda import LocalCUDACluster
             except ImportError:
                 raise DasknnError("--gpu needs CuPy and dask-cuda: pip install 'dasknn[gpu]'") from None
-            with LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                                  CUDA_VISIBLE_DEVICES=None if workers is None else list(range(workers)),
-                                  silence_logs=logging.ERROR, **secure) as cluster:
-                yield from _run_then_close(cluster, Client(cluster))
+            cuda = LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                    CUDA_VISIBLE_DEVICES=None if workers is None else list(range(workers)),
+                                    silence_logs=logging.ERROR, **secure)
+            yield from _run_then_close(cuda, security)
             return
         if scheduler:
             if security is not None:
@@ -163,7 +165,7 @@ def local_client(
         n = workers or max(1, (os.cpu_count() or 1) // max(1, threads_per_worker))
         if n < 1 or threads_per_worker < 1:
             raise DasknnError("--workers and --threads-per-worker must be at least 1")
-        with LocalCluster(
+        cluster = LocalCluster(
             n_workers=n,
             threads_per_worker=threads_per_worker,
             processes=True,
@@ -174,50 +176,56 @@ def local_client(
             memory_limit=memory_limit,
             silence_logs=logging.ERROR,
             **secure,
-        ) as cluster:
-            yield from _run_then_close(cluster, Client(cluster, security=security))
+        )
+        yield from _run_then_close(cluster, security)
 
 
-def _quiet_distributed_logs() -> None:
-    """Keep distributed's loggers of this process to critical messages (run in each worker before a normal close).
+#: How long closing waits for a heartbeat already sent to be answered (a scheduler answers in milliseconds).
+HEARTBEAT_DRAIN_SECONDS = 10.0
 
-    A worker's heartbeat that meets the scheduler closing is logged with its traceback (``logger.exception``);
-    on a close we asked for, that is noise, not an error.
+
+async def _stop_heartbeat(dask_worker) -> None:
+    """Stop this worker's heartbeat and wait until one already sent has its answer (run on each worker).
+
+    ``Worker.close`` stops the heartbeat's timer but not a heartbeat waiting for the scheduler's answer, then
+    closes the worker's connections under it: that heartbeat fails with ``CommClosedError``, which distributed
+    logs with its traceback. With no heartbeat left in flight, the workers close in silence, whatever the order.
     """
-    for name in ("distributed", "distributed.worker", "distributed.nanny", "distributed.core", "distributed.comm",
-                 "distributed.batched"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    dask_worker.periodic_callbacks["heartbeat"].stop()
+    code = type(dask_worker).heartbeat.__code__
+    deadline = time.monotonic() + HEARTBEAT_DRAIN_SECONDS
+    while _awaiting(code) and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
 
 
-@contextlib.contextmanager
-def _quiet_logs_here() -> Iterator[None]:
-    """distributed's loggers of this process at critical only inside the block (the nannies log from here)."""
-    loggers = [logging.getLogger(n) for n in ("distributed", "distributed.nanny", "distributed.core",
-                                               "distributed.comm", "distributed.scheduler")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+def _awaiting(code) -> bool:
+    # whether a task of this event loop is inside the coroutine ``code`` (anywhere in its chain of awaits)
+    for task in asyncio.all_tasks():
+        coro = task.get_coro()
+        while coro is not None:
+            if getattr(coro, "cr_code", None) is code:
+                return True
+            coro = getattr(coro, "cr_await", None)
+    return False
 
 
-def _run_then_close(cluster, client) -> Iterator:
-    """Yield ``client``; then close in order: the client, the workers, the scheduler (a generator to delegate to).
+def _run_then_close(cluster, security) -> Iterator:
+    """Yield a client of ``cluster``; then close in order: the client, the workers, the scheduler (a generator to
+    delegate to).
 
-    After a run that ended normally the workers are quietened first, so no heartbeat racing the close prints a
-    traceback; after a failure every log is kept.
+    After a run that ended normally the workers' heartbeats are stopped and drained first (see
+    :func:`_stop_heartbeat`), so closing them interrupts no message to the scheduler. Nothing is silenced: an
+    error logged while closing is still printed.
     """
-    with client:
+    from distributed import Client
+
+    # exits in reverse: the client, then the cluster (SpecCluster.close: its workers, then its scheduler)
+    with cluster, Client(cluster, security=security) as client:
         yield client
         try:
-            client.run(_quiet_distributed_logs, on_error="ignore")
-        except Exception:  # a worker gone already: nothing to quieten there
+            client.run(_stop_heartbeat, on_error="ignore")
+        except Exception:  # a worker gone already: it has no heartbeat left to stop
             pass
-    with _quiet_logs_here():
-        cluster.close()  # SpecCluster.close: the workers (scale to 0), then the scheduler
 
 
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
