@@ -157,6 +157,18 @@ def test_errors_are_one_line(argv, message, capsys, tmp_path, monkeypatch):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["train"], "dasknn: error: the following arguments are required: --network (see dasknn train --help)\n"),
+    (["infer", "--batch"], "dasknn: error: argument --batch: expected one argument (see dasknn infer --help)\n"),
+    ([], "dasknn: error: the following arguments are required: COMMAND (see dasknn --help)\n"),
+])
+def test_usage_errors_name_the_program_once(argv, line, capsys):
+    # the line starts "dasknn: error: "; the command is named once, in the help to read (it was "dasknn: error:
+    # dasknn train: ...")
+    code, out, err = run(argv, capsys)
+    assert code == 2 and err == line
+
+
 def test_bad_file_through_the_command_line_names_file_and_line(tmp_path):
     (tmp_path / "n1024-l1.tsv").write_text("1\t1\t0.0625\n1\t2\n")
     proc = subprocess.run([sys.executable, "-m", "dasknn", "infer", "--network", str(tmp_path),

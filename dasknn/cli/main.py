@@ -26,7 +26,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line like every other error."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise DasknnError(f"{self.prog}: {message} (see --help)")
+        # the line already starts "dasknn: error: "; the command is named once, where its help is
+        raise DasknnError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:
