@@ -20,10 +20,13 @@ how small a compact message of their activations is. Nothing here knows Dask; th
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from . import kernels
 from .modes import mode_of
@@ -108,18 +111,20 @@ def setup_seconds(entries: int, parts: int, method: str | None, plan: bool, work
     return float(seconds)
 
 
-def probe(path: str, inputs: str, images: int, dtype: str) -> dict:
+def probe(path: str, inputs: Any, images: int, dtype: str) -> dict:
     """Run a sample of the batch through the network on this worker (a task): alive fractions, message factors,
     kernel, packing and store-read rates.
 
     The sample is the batch's first images, as wide as the kernel's tile so the measured rate is the one the
     run will see; the probe stops after :data:`PROBE_BUDGET` multiply-adds (later layers are assumed to behave
     like the last one it ran).
+
+    ``inputs`` is the inputs store (its path), or rows in memory the task was given: a scattered batch, or a
+    dask.array's first chunk (NumPy, ``scipy.sparse`` or CuPy; the sample is then at most that chunk's rows).
     """
     store = open_store(path, check="metadata")
-    width = int(min(images, max(64, kernels.tile_for(store.neurons))))
-    block = open_inputs(inputs).rows(0, width)
-    yt = kernels.dense_transposed(block, np.dtype(dtype))
+    yt = _sample(inputs, int(min(images, max(64, kernels.tile_for(store.neurons)))), np.dtype(dtype))
+    width = yt.shape[1]
     alive, factor = [], []
     macs = 0.0
     kernel_s = read_s = message_s = 0.0
@@ -155,6 +160,18 @@ def probe(path: str, inputs: str, images: int, dtype: str) -> dict:
     return {"kernel_rate": macs / max(kernel_s, 1e-9), "message_rate": entries / max(message_s, 1e-9),
             "read_rate": read_bytes / max(read_s, 1e-9), "alive": alive, "message_factor": factor,
             "probe_layers": len(alive), "probe_images": width}
+
+
+def _sample(inputs: Any, width: int, dtype: np.dtype) -> np.ndarray:
+    # the batch's first ``width`` images as the kernels' dense transposed block, from the store or from memory
+    if isinstance(inputs, (str, os.PathLike)):
+        return kernels.dense_transposed(open_inputs(inputs).rows(0, width), dtype)
+    if getattr(inputs, "format", None) not in (None, "csr"):
+        inputs = inputs.tocsr()  # a sparse format without row slices (COO)
+    rows = inputs[:width]
+    if type(rows).__module__.startswith("cupy"):
+        rows = rows.get()  # a CuPy array or a cupyx sparse matrix: its host copy (the probe runs on the CPU)
+    return kernels.dense_transposed(sp.csr_matrix(rows), dtype)
 
 
 def _warm_up(yt: np.ndarray, layer: tuple, store) -> None:

@@ -1,0 +1,64 @@
+"""The cost model's probe samples a batch wherever it is: an inputs store, or rows in memory (issue 17).
+
+In memory, the probe task is given the scattered batch or a dask.array's first chunk (NumPy, ``scipy.sparse`` or
+CuPy rows); what it measures of the batch (images alive at each layer, message sizes) must be what it measures
+from the same images stored.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dasknn import cost, io
+
+SAMPLED = ("alive", "message_factor", "probe_layers", "probe_images")
+
+
+@pytest.fixture(scope="module")
+def slice_images(slice_paths) -> sp.csr_matrix:
+    return io.read_images(slice_paths["images"], neurons=1024)
+
+
+@pytest.fixture(scope="module")
+def stored(slice_store) -> dict:
+    return cost.probe(str(slice_store), str(slice_store), 1000, "float64")
+
+
+class _CupyStandIn:
+    """Rows as CuPy holds them, for a machine without a GPU: its type's module is ``cupy``, ``get()`` copies
+    them to the host (as ``cupy.ndarray`` and ``cupyx.scipy.sparse`` matrices do)."""
+
+    __module__ = "cupy"
+
+    def __init__(self, host):
+        self.host = host
+        self.shape = host.shape
+
+    def __getitem__(self, key):
+        return _CupyStandIn(self.host[key])
+
+    def get(self):
+        return self.host
+
+
+@pytest.mark.parametrize("kind", ["numpy", "csr", "coo", "csr_array", "cupy"])
+def test_probe_from_rows_in_memory_measures_what_it_measures_stored(kind, slice_store, slice_images, stored):
+    rows = {"numpy": lambda: slice_images.toarray(), "csr": lambda: slice_images,
+            "coo": lambda: slice_images.tocoo(),  # no row slices: converted first
+            "csr_array": lambda: sp.csr_array(slice_images),
+            "cupy": lambda: _CupyStandIn(slice_images.toarray())}[kind]()
+    got = cost.probe(str(slice_store), rows, 1000, "float64")
+    assert {k: got[k] for k in SAMPLED} == {k: stored[k] for k in SAMPLED}
+    assert got["kernel_rate"] > 0 and got["read_rate"] > 0
+
+
+def test_probe_of_a_small_first_chunk_samples_its_rows(slice_store, slice_images, stored):
+    chunk = slice_images[:40]  # a dask.array's first chunk, narrower than the probe's sample
+    got = cost.probe(str(slice_store), chunk, 1000, "float64")
+    assert got["probe_images"] == 40
+    assert got["probe_layers"] >= 1 and all(0 <= a <= 1 for a in got["alive"])
+    # the same as the store's first 40 images
+    narrow = cost.probe(str(slice_store), str(slice_store), 40, "float64")
+    assert {k: got[k] for k in SAMPLED} == {k: narrow[k] for k in SAMPLED}
