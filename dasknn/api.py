@@ -75,8 +75,9 @@ def infer(
     dtype
         ``"float64"`` (the published truth is exact in it) or ``"float32"`` (faster; may differ on a few images).
     mode
-        ``"data"``, ``"model"``, ``"hybrid"`` or ``"auto"`` (see :func:`dasknn.engine.infer`). With images that
-        are not stored, ``"auto"`` picks data mode where a worker can hold the weights, else model mode.
+        ``"data"``, ``"model"``, ``"hybrid"`` or ``"auto"`` (see :func:`dasknn.engine.infer`). The cost model's
+        probe samples the batch's first images wherever they are: stored, scattered, or a dask.array's first
+        chunk.
     batch
         Use only the first ``batch`` images.
     keep_activations
@@ -85,8 +86,7 @@ def infer(
         persisted on the workers, so it composes with ``dask.array`` code and ``to_zarr``. Needs ``client``
         (a cluster started for the call would take them with it).
     partition, group_size, chunks, segment, sync_every, backend, resident, keep_layers, results, resume, progress, messages, explain, activations, plan_store
-        As in :func:`dasknn.engine.infer` (``chunks`` is fixed by a dask.array's row chunks; ``explain`` needs
-        stored images).
+        As in :func:`dasknn.engine.infer` (``chunks`` is fixed by a dask.array's row chunks).
     tmpdir
         Where temporary stores are written (the system's temporary folder by default).
 
