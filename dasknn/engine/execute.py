@@ -70,7 +70,7 @@ class Pass:
     plan: Outline | None = None
     group_size: int = 1
     partition_seconds: float = 0.0  # computing the partition (0 when one was given or stored)
-    plan_seconds: float = 0.0  # making a part plan (model mode out of core, once per partition)
+    plan_seconds: float = 0.0  # making the exchange plan (resident) or a part plan (out of core, once per partition)
     load_seconds: float = 0.0
     seconds: float = 0.0
     tasks: int = 0
@@ -125,8 +125,10 @@ def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass)
     # model and hybrid modes: the plan, and each part's layers held in memory or streamed from a part plan
     owners, out.partition_seconds = partition_owners(job.path, job.partition, len(layout.groups[0]))
     if job.resident:
+        t0 = time.perf_counter()
         layout.plan = build_plan(job.store.network().layers, owners)
         layout.outline = layout.plan.outline()
+        out.plan_seconds = time.perf_counter() - t0
     else:
         # out of core: each part streams its own columns from a part plan, made once per partition
         t0 = time.perf_counter()

@@ -38,7 +38,8 @@ class InferenceResult:
     load_seconds: float = 0.0
     #: computing the partition a model-mode run uses (0 when one was given or already kept in the store)
     partition_seconds: float = 0.0
-    #: making the part plan a model-mode run out of core streams from (0 when one was reused or none was needed)
+    #: making the exchange plan of a model-mode run: every part's plan (resident), or the part plan it streams
+    #: from out of core (then 0 when one was reused); 0 in data mode
     plan_seconds: float = 0.0
     tasks: int = 0
     plan_volume: list[int] = field(default_factory=list)
