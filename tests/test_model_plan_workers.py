@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
+import scipy.sparse as sp
 
-from dasknn import engine
+from dasknn import engine, partition, plan, store
+from dasknn.engine import exchange_plan
 from dasknn.cli import main
 
 
@@ -22,3 +25,44 @@ def test_resident_model_mode_reports_its_plan_seconds(client, slice_store, slice
     # data mode builds no plan
     data = engine.infer(slice_store, client=client, mode="data", chunks=1, dtype="float64")
     assert data.plan_seconds == 0
+
+
+def _same_part_layer(mine, theirs) -> None:
+    for a, b in [(mine.outputs, theirs.outputs), (mine.inputs, theirs.inputs), *zip(mine.local, theirs.local)]:
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == b.dtype
+    for got, want in ((mine.recv, theirs.recv), (mine.send, theirs.send)):
+        assert list(got) == list(want)
+        for p in want:
+            np.testing.assert_array_equal(got[p], want[p])
+            assert got[p].dtype == want[p].dtype
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 5])
+@pytest.mark.parametrize("density", [0.0, 0.02, 0.3])
+def test_a_parts_plan_is_its_share_of_the_whole_plan(parts, density):
+    # what a worker makes for its part is exactly the whole plan's row for it (empty parts and layers included)
+    rng = np.random.default_rng(parts * 100 + int(density * 100))
+    n = 60
+    w = sp.random(n, n, density=density, format="csc", random_state=rng)
+    before, after = rng.integers(0, parts, n), rng.integers(0, parts, n)
+    after[after == parts - 1] = 0  # the last part owns no outputs
+    whole = plan.plan_layer(w, before, after, parts)
+    for q in range(parts):
+        _same_part_layer(exchange_plan.part_plan_layer(w, before, after, q), whole[q])
+
+
+def test_resident_model_mode_reads_no_layer_on_the_client(client, slice_store, slice_truth, monkeypatch):
+    # the client holds the owners and the counts; each worker makes its part's plan from the layers it reads
+    owners = partition.partition_network(store.open_store(slice_store).network().layers, 2, "random", seed=1)
+    whole = plan.build_plan(store.open_store(slice_store).network().layers, owners)
+
+    def no_layers(*args, **kwargs):
+        raise AssertionError("the client read a layer")
+
+    for name in ("layer", "network", "iter_layers", "partition_layers", "lazy_layers", "columns"):
+        monkeypatch.setattr(store.NetworkStore, name, no_layers)
+    result = engine.infer(slice_store, client=client, mode="model", partition=owners, chunks=2, dtype="float64")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    assert result.resident and result.plan_volume == whole.volumes().tolist()
+    assert sum(result.dense_message_bytes) == result.plan_bytes > 0

@@ -12,12 +12,13 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
-from ..plan import Outline, Plan, build_plan
+from ..plan import Outline
 from ..runtime.graph import PinnedGraph, ref
 from ..runtime.metrics import bytes_sent, exchange_log_pop, install_exchange_log
 from ..runtime.recovery import WorkersLost, watch
 from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest
 from .data_mode import data_chunk
+from .exchange_plan import plan_on_workers
 from .inputs import InputSource, load_images
 from .model_mode import model_chunk
 from .owners import partition_owners
@@ -87,7 +88,11 @@ class _Layout:
 
     run: str
     groups: list[list[str]]
-    plan: Plan | None = None  # model mode, resident: every part's blocks and lists
+    #: model mode, resident: each worker's part's plan (a future of its lists, made and kept by that worker)
+    plans: dict[str, object] = field(default_factory=dict)
+    #: futures the run's tasks depend on, released as it ends: the scheduler recomputes a lost worker's tasks
+    #: from them, and a dependency already forgotten would cancel the run instead of losing the worker
+    held: list = field(default_factory=list)
     outline: Outline | None = None  # model mode: the exchange lists' sizes (from the plan or the part plan)
     #: worker -> its part's layers: a future of them in memory, or the spec of a stream
     part_of: dict[str, object] = field(default_factory=dict)
@@ -125,9 +130,11 @@ def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass)
     # model and hybrid modes: the plan, and each part's layers held in memory or streamed from a part plan
     owners, out.partition_seconds = partition_owners(job.path, job.partition, len(layout.groups[0]))
     if job.resident:
+        # each part's worker makes its part's plan from the layers it reads: the client reads none of them
         t0 = time.perf_counter()
-        layout.plan = build_plan(job.store.network().layers, owners)
-        layout.outline = layout.plan.outline()
+        layout.plans, layout.outline, owners_future = plan_on_workers(client, job.path, owners, layout.groups,
+                                                                      layout.run)
+        layout.held = [owners_future, *layout.plans.values()]
         out.plan_seconds = time.perf_counter() - t0
     else:
         # out of core: each part streams its own columns from a part plan, made once per partition
@@ -146,7 +153,7 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
     # the load graph: each worker's weights (resident) and each chunk's inputs (each part's rows in model mode);
     # returns the futures by key and the image keys by (chunk, part)
     t0 = time.perf_counter()
-    path, dtype, backend, plan, outline = job.path, job.dtype, job.backend, layout.plan, layout.outline
+    path, dtype, backend, outline = job.path, job.dtype, job.backend, layout.outline
     load = PinnedGraph(layout.run)
     weight_keys: dict[str, str] = {}
     image_keys: dict[tuple[int, int], str] = {}
@@ -154,9 +161,9 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
         for q, w in enumerate(members):
             if outline is None and job.resident:
                 weight_keys[w] = load.add(w, f"weights-w{workers.index(w)}", (load_all_layers, path, dtype, backend))
-            elif plan is not None:
-                weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (load_part_layers, path, plan.part(q),
-                                                                     plan.inputs_owned[q].size, dtype, backend))
+            elif layout.plans:
+                weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (load_part_layers, path, layout.plans[w],
+                                                                     outline.inputs_owned[q].size, dtype, backend))
     spec = job.source.spec
     for i, c in enumerate(todo):
         a, b = job.bounds[c]
@@ -236,7 +243,7 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
         out.seconds = time.perf_counter() - t0
         raise
     finally:
-        for f in list(loaded.values()) + futures:
+        for f in list(loaded.values()) + futures + layout.held:
             f.release()  # the blocks leave the workers' memory
         client.run(close_streams, layout.run)  # and the streamed layers
     out.seconds = time.perf_counter() - t0
