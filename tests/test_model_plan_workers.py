@@ -49,7 +49,7 @@ def test_a_parts_plan_is_its_share_of_the_whole_plan(parts, density):
     after[after == parts - 1] = 0  # the last part owns no outputs
     whole = plan.plan_layer(w, before, after, parts)
     for q in range(parts):
-        _same_part_layer(exchange_plan.part_plan_layer(w, before, after, q), whole[q])
+        _same_part_layer(exchange_plan.part_plan_layer(w, before, after, parts, q), whole[q])
 
 
 def test_resident_model_mode_reads_no_layer_on_the_client(client, slice_store, slice_truth, monkeypatch):

@@ -13,12 +13,13 @@ from ..runtime.recovery import watch
 from ..store import open_store
 
 
-def part_plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, q: int) -> PartLayer:
+def part_plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, parts: int, q: int) -> PartLayer:
     """Part ``q``'s :class:`~dasknn.plan.PartLayer` for layer ``w``: the same as
     ``dasknn.plan.plan_layer(w, before, after, parts)[q]``, without making the other parts' lists.
 
-    ``before`` and ``after`` are rows ``k - 1`` and ``k`` of the owners array. Its send lists come from the
-    layer's entries whose input part ``q`` holds: one pass over the entries, not one column slice per part.
+    ``before`` and ``after`` are rows ``k - 1`` and ``k`` of the owners array (of ``parts`` parts). Its send
+    lists come from the layer's entries whose input part ``q`` holds: one pass over the entries, not one column
+    slice per part.
     """
     w = sp.csc_matrix(w)
     mine_before = np.flatnonzero(before == q).astype(np.int64)  # the rows of the part's previous block
@@ -28,23 +29,22 @@ def part_plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, q: in
     mine = holder == q
     local = (np.flatnonzero(mine), np.searchsorted(mine_before, need[mine]))
     recv = {int(p): np.flatnonzero(holder == p) for p in np.unique(holder[~mine])}
-    # every (other part, input neuron of this part) that meets in one of the layer's entries, by part then neuron
+    # which of this part's inputs each part reads: one pass over the entries whose input this part holds
     cols = np.repeat(np.arange(w.shape[1], dtype=np.int64), np.diff(w.indptr))
     held = before[w.indices] == q
-    to, rows = after[cols[held]].astype(np.int64), w.indices[held].astype(np.int64)
-    other = to != q
-    pairs = np.unique(to[other] * w.shape[0] + rows[other])
-    to, rows = pairs // w.shape[0], pairs % w.shape[0]
-    receivers, starts = np.unique(to, return_index=True)
-    ends = np.r_[starts[1:], to.size]
-    send = {int(r): np.searchsorted(mine_before, rows[a:b]) for r, a, b in zip(receivers, starts, ends)}
+    read = np.zeros((parts, w.shape[0]), dtype=bool)
+    read[after[cols[held]], w.indices[held]] = True
+    read[q] = False
+    send = {}
+    for r in np.flatnonzero(read.any(axis=1)):
+        send[int(r)] = np.searchsorted(mine_before, np.flatnonzero(read[r]))
     return PartLayer(outputs=outputs, inputs=need, local=local, recv=recv, send=send)
 
 
-def plan_part(path: str, owners: np.ndarray, q: int) -> list[PartLayer]:
+def plan_part(path: str, owners: np.ndarray, parts: int, q: int) -> list[PartLayer]:
     """Part ``q``'s plan for every layer of the network stored at ``path`` (a task on the part's worker)."""
     store = open_store(path, check="lazy")  # the client has checked the store's metadata
-    return [part_plan_layer(store.layer(k), owners[k - 1], owners[k], q) for k in range(1, store.depth + 1)]
+    return [part_plan_layer(store.layer(k), owners[k - 1], owners[k], parts, q) for k in range(1, store.depth + 1)]
 
 
 def send_counts(part: list[PartLayer], parts: int) -> np.ndarray:
@@ -74,7 +74,7 @@ def plan_on_workers(client, path: str, owners: np.ndarray, groups: list[list[str
     count_keys: list[str] = []
     for gi, members in enumerate(groups):
         for q, w in enumerate(members):
-            plan_keys[w] = graph.add(w, f"plan-g{gi}-p{q}", (plan_part, path, held, q))
+            plan_keys[w] = graph.add(w, f"plan-g{gi}-p{q}", (plan_part, path, held, parts, q))
             if gi == 0:
                 count_keys.append(graph.add(w, f"plan-g0-p{q}-sends", (send_counts, ref(plan_keys[w]), parts)))
     futures = graph.submit(client, list(plan_keys.values()) + count_keys)
