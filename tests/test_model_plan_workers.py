@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 from dasknn import engine, partition, plan, store
 from dasknn.engine import exchange_plan
+from test_cost import fresh_store  # noqa: F401 - a copy of the slice store with no partition kept in it
 from dasknn.cli import main
 
 
@@ -66,3 +67,53 @@ def test_resident_model_mode_reads_no_layer_on_the_client(client, slice_store, s
     np.testing.assert_array_equal(result.categories, slice_truth)
     assert result.resident and result.plan_volume == whole.volumes().tolist()
     assert sum(result.dense_message_bytes) == result.plan_bytes > 0
+
+
+def _auto_chooses_model_and_the_client_cannot_partition(monkeypatch):
+    # auto picks model mode whatever the predictions say (with explain, model mode is predicted though the slice
+    # fits in a worker); the client may not partition (the workers are other processes: there it is not refused)
+    from dasknn import cost
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the client partitioned")
+
+    monkeypatch.setattr(partition, "partition_network", refuse)
+    monkeypatch.setattr(cost, "cheapest", lambda predictions: [p for p in predictions if p.mode == "model"][0])
+
+
+def test_auto_partitions_on_the_cluster_and_keeps_it(client, fresh_store, slice_truth, monkeypatch):
+    _auto_chooses_model_and_the_client_cannot_partition(monkeypatch)
+    first = engine.infer(fresh_store, client=client, mode="auto", partition="block", dtype="float64",
+                          explain=True)
+    np.testing.assert_array_equal(first.categories, slice_truth)
+    assert first.mode == "model" and first.partition_seconds > 0
+    saved = store.load_partition(fresh_store, store.partition_name("block", 2))
+    assert saved is not None
+    layers = store.open_store(fresh_store).network().layers
+    assert partition.layer_volumes(layers, saved[0], parts=2).tolist() == first.plan_volume
+    # the next run uses the stored partition
+    again = engine.infer(fresh_store, client=client, mode="auto", partition="block", dtype="float64",
+                          explain=True)
+    np.testing.assert_array_equal(again.categories, slice_truth)
+    assert again.mode == "model" and again.partition_seconds == 0
+    assert again.plan_volume == first.plan_volume
+
+
+def test_auto_keeps_no_partition_in_a_read_only_store_or_one_given(client, fresh_store, slice_truth, monkeypatch):
+    import os
+
+    owners = partition.partition_network(store.open_store(fresh_store).network().layers, 2, "random", seed=1)
+    _auto_chooses_model_and_the_client_cannot_partition(monkeypatch)
+    access = os.access
+    with monkeypatch.context() as m:
+        m.setattr(os, "access", lambda p, mode, **kw: mode != os.W_OK and access(p, mode, **kw))
+        result = engine.infer(fresh_store, client=client, mode="auto", partition="block", dtype="float64",
+                              explain=True)
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    assert result.mode == "model" and result.partition_seconds > 0
+    assert store.load_partition(fresh_store, store.partition_name("block", 2)) is None
+    given = engine.infer(fresh_store, client=client, mode="auto", partition=owners, dtype="float64",
+                         explain=True)
+    np.testing.assert_array_equal(given.categories, slice_truth)
+    assert given.mode == "model" and given.partition_seconds == 0
+    assert not (fresh_store / "partitions").exists() or not any((fresh_store / "partitions").iterdir())

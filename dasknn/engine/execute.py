@@ -58,6 +58,8 @@ class Job:
     partition: object
     progress: Callable[[int, int], None] | None
     plan_store: str | None = None
+    #: compute a partition not stored yet on a worker of the cluster, not on the client (auto chose model mode)
+    partition_on_cluster: bool = False
     #: the name of the dask.array of final activations each chunk keeps on its worker (futures in
     #: :attr:`Pass.kept`), or None
     keep: str | None = None
@@ -128,7 +130,8 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int]) -> Pa
 
 def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass) -> None:
     # model and hybrid modes: the plan, and each part's layers held in memory or streamed from a part plan
-    owners, out.partition_seconds = partition_owners(job.path, job.partition, len(layout.groups[0]))
+    owners, out.partition_seconds = partition_owners(job.path, job.partition, len(layout.groups[0]),
+                                                     client=client if job.partition_on_cluster else None)
     if job.resident:
         # each part's worker makes its part's plan from the layers it reads: the client reads none of them
         t0 = time.perf_counter()

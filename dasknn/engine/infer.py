@@ -116,6 +116,8 @@ def infer(
         cost model (:mod:`dasknn.cost`) predicts fastest among those whose share of the weights fits.
     partition
         For model and hybrid modes: a method of :mod:`dasknn.partition`, a ``.npy`` owners file, or an array.
+        A method's partition is computed once and kept in the store (when it is writable) for the next run; when
+        ``mode="auto"`` chooses model or hybrid mode, it is computed on a worker of the cluster, not the client.
     group_size
         Workers per group in hybrid mode (2 by default where the workers divide evenly).
     images
@@ -179,6 +181,7 @@ def infer(
                          plan_store=plan_store, keep_activations=keep_activations)
 
     workers, threads, memory = _cluster(client)
+    auto = mode == AUTO  # a partition auto's choice needs is computed on the cluster
     # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
     weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
     predictions: list = []
@@ -219,7 +222,8 @@ def infer(
     job = Job(path=path, source=source, store=store, dtype=dtype, backend=backend, resident=resident,
               keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
               results=results, activations=activations, bounds=bounds, partition=partition, progress=progress,
-              plan_store=None if plan_store is None else str(Path(plan_store).resolve()), keep=f"activations-{uuid.uuid4().hex[:8]}" if keep_activations else None)
+              plan_store=None if plan_store is None else str(Path(plan_store).resolve()), keep=f"activations-{uuid.uuid4().hex[:8]}" if keep_activations else None,
+              partition_on_cluster=auto)
     check_memory(store, dtype, resident, keep_layers, g, memory, max(b - a for a, b in bounds))
     todo = [c for c in range(len(bounds)) if c not in done]
     runs = _run_recovering(client, job, workers, mode, group_size, todo)

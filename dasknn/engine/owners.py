@@ -17,9 +17,15 @@ def resolve_partition(store_path: str, partition, parts: int, seed: int = 0) -> 
     return partition_owners(store_path, partition, parts, seed)[0]
 
 
-def partition_owners(store_path: str, partition, parts: int, seed: int = 0) -> tuple[np.ndarray, float]:
-    """:func:`resolve_partition`, and the seconds spent computing the partition (0 when one was given or stored)."""
+def partition_owners(store_path: str, partition, parts: int, seed: int = 0, client=None) -> tuple[np.ndarray, float]:
+    """:func:`resolve_partition`, and the seconds spent computing the partition (0 when one was given or stored).
+
+    With ``client``, a partition not stored yet is computed on a worker of its cluster
+    (:func:`~dasknn.partition.cluster.partition_on_cluster`: the worker reads the layers, the client gets the
+    owners only). A computed partition is kept in the store for the next run where the store is writable.
+    """
     from .. import partition as part_mod
+    from ..partition.cluster import partition_on_cluster
     from ..store import partition_name, save_partition
 
     store = open_store(store_path, check="metadata")
@@ -27,10 +33,14 @@ def partition_owners(store_path: str, partition, parts: int, seed: int = 0) -> t
     seconds = 0.0
     if owners is None:
         t0 = time.perf_counter()
-        layers = store.partition_layers()
-        owners = part_mod.partition_network(layers, parts, str(partition), seed=seed)
-        seconds = time.perf_counter() - t0
-        report = part_mod.partition_report(layers, owners, str(partition), seconds)
+        if client is None:
+            layers = store.partition_layers()
+            owners = part_mod.partition_network(layers, parts, str(partition), seed=seed)
+            seconds = time.perf_counter() - t0
+            report = part_mod.partition_report(layers, owners, str(partition), seconds)
+        else:
+            owners, report = partition_on_cluster(client, store_path, parts, str(partition), seed=seed)
+            seconds = time.perf_counter() - t0
         if os.access(store_path, os.W_OK):
             save_partition(store_path, partition_name(str(partition), parts, seed), owners, report)
     return check_partition(owners, store.depth, store.neurons, parts), seconds
