@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from ..errors import DasknnError
 from ..plan import Outline, PartLayer, needed_inputs
-from ..runtime.graph import PinnedGraph, ref
+from ..runtime.graph import PinnedGraph
 from ..runtime.recovery import watch
 from ..store import open_store
 
@@ -41,10 +42,34 @@ def part_plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, parts
     return PartLayer(outputs=outputs, inputs=need, local=local, recv=recv, send=send)
 
 
-def plan_part(path: str, owners: np.ndarray, parts: int, q: int) -> list[PartLayer]:
-    """Part ``q``'s plan for every layer of the network stored at ``path`` (a task on the part's worker)."""
+#: Per worker process: each part's plan, made by :func:`plan_part` and kept by the worker until its run ends, by
+#: ``(run, group, part)``. Its weights' task takes it from here, not as a Dask dependency: a worker lost later
+#: then leaves that task waiting for it (the run raises WorkersLost), never depending on data already dropped.
+PLANS: dict[tuple[str, int, int], list[PartLayer]] = {}
+
+
+def plan_part(path: str, owners: np.ndarray, parts: int, held: tuple[str, int, int]) -> np.ndarray:
+    """Part ``held[2]``'s plan for every layer of the network stored at ``path`` (a task on the part's worker),
+    kept in :data:`PLANS` under ``held``; returns its counts (:func:`send_counts`)."""
     store = open_store(path, check="lazy")  # the client has checked the store's metadata
-    return [part_plan_layer(store.layer(k), owners[k - 1], owners[k], parts, q) for k in range(1, store.depth + 1)]
+    q = held[2]
+    PLANS[held] = [part_plan_layer(store.layer(k), owners[k - 1], owners[k], parts, q)
+                   for k in range(1, store.depth + 1)]
+    return send_counts(PLANS[held], parts)
+
+
+def held_plan(held: tuple[str, int, int]) -> list[PartLayer]:
+    """The plan :func:`plan_part` kept on this worker under ``held``."""
+    if held not in PLANS:
+        raise DasknnError(f"model mode: part {held[2]} of group {held[1]} found no plan on this worker "
+                          "(its plan task ran elsewhere)")
+    return PLANS[held]
+
+
+def drop_plans(run: str) -> None:
+    """Forget the plans of ``run`` kept on this worker."""
+    for held in [h for h in PLANS if h[0] == run]:
+        del PLANS[held]
 
 
 def send_counts(part: list[PartLayer], parts: int) -> np.ndarray:
@@ -57,30 +82,22 @@ def send_counts(part: list[PartLayer], parts: int) -> np.ndarray:
 
 
 def plan_on_workers(client, path: str, owners: np.ndarray, groups: list[list[str]], run: str
-                    ) -> tuple[dict[str, object], Outline, object]:
+                    ) -> tuple[dict[str, tuple[str, int, int]], Outline]:
     """Every group's parts' plans, each made and kept by the worker that runs the part.
 
-    Returns the futures of the plans by worker (each ``list[PartLayer]``, for
-    :func:`~dasknn.engine.tasks.load_part_layers`), the plan's outline, whose counts the first group's workers
-    send back (every group's plan is the same), and the future of the owners the workers were sent (the plans'
-    dependency: the caller releases it with them).
+    Returns where each worker keeps its part's plan (for :func:`held_plan`) and the plan's outline, whose counts
+    the first group's workers send back (every group's plan is the same).
     """
     workers = [w for members in groups for w in members]
-    parts = len(groups[0])
     # keyed so that the dashboard's prefix is the plan's, like its tasks'
-    held = client.scatter({f"plan-{run}": owners}, workers=workers, broadcast=True)[f"plan-{run}"]
+    sent = client.scatter({f"plan-{run}": owners}, workers=workers, broadcast=True)[f"plan-{run}"]
     graph = PinnedGraph(run)
-    plan_keys: dict[str, str] = {}
-    count_keys: list[str] = []
-    for gi, members in enumerate(groups):
-        for q, w in enumerate(members):
-            plan_keys[w] = graph.add(w, f"plan-g{gi}-p{q}", (plan_part, path, held, parts, q))
-            if gi == 0:
-                count_keys.append(graph.add(w, f"plan-g0-p{q}-sends", (send_counts, ref(plan_keys[w]), parts)))
-    futures = graph.submit(client, list(plan_keys.values()) + count_keys)
+    held = {w: (run, gi, q) for gi, members in enumerate(groups) for q, w in enumerate(members)}
+    keys = [graph.add(w, f"plan-g{gi}-p{q}", (plan_part, path, sent, len(groups[0]), held[w]))
+            for w, (_, gi, q) in held.items()]
+    futures = graph.submit(client, keys)
     watch(client, futures, workers)
-    plans, counted = futures[:len(plan_keys)], futures[len(plan_keys):]
-    counts = np.stack([f.result() for f in counted], axis=1)  # (layers, sender, receiver)
-    for f in counted:
+    counts = np.stack([f.result() for f in futures[:len(groups[0])]], axis=1)  # (layers, sender, receiver)
+    for f in [sent, *futures]:
         f.release()
-    return dict(zip(plan_keys, plans)), Outline.from_owners(owners, counts), held
+    return held, Outline.from_owners(owners, counts)

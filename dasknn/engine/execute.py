@@ -90,11 +90,8 @@ class _Layout:
 
     run: str
     groups: list[list[str]]
-    #: model mode, resident: each worker's part's plan (a future of its lists, made and kept by that worker)
-    plans: dict[str, object] = field(default_factory=dict)
-    #: futures the run's tasks depend on, released as it ends: the scheduler recomputes a lost worker's tasks
-    #: from them, and a dependency already forgotten would cancel the run instead of losing the worker
-    held: list = field(default_factory=list)
+    #: model mode, resident: where each worker keeps its part's plan (made by that worker)
+    plans: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     outline: Outline | None = None  # model mode: the exchange lists' sizes (from the plan or the part plan)
     #: worker -> its part's layers: a future of them in memory, or the spec of a stream
     part_of: dict[str, object] = field(default_factory=dict)
@@ -135,9 +132,7 @@ def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass)
     if job.resident:
         # each part's worker makes its part's plan from the layers it reads: the client reads none of them
         t0 = time.perf_counter()
-        layout.plans, layout.outline, owners_future = plan_on_workers(client, job.path, owners, layout.groups,
-                                                                      layout.run)
-        layout.held = [owners_future, *layout.plans.values()]
+        layout.plans, layout.outline = plan_on_workers(client, job.path, owners, layout.groups, layout.run)
         out.plan_seconds = time.perf_counter() - t0
     else:
         # out of core: each part streams its own columns from a part plan, made once per partition
@@ -246,7 +241,7 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
         out.seconds = time.perf_counter() - t0
         raise
     finally:
-        for f in list(loaded.values()) + futures + layout.held:
+        for f in list(loaded.values()) + futures:
             f.release()  # the blocks leave the workers' memory
         client.run(close_streams, layout.run)  # and the streamed layers
     out.seconds = time.perf_counter() - t0

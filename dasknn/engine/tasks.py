@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from .. import kernels
 from ..errors import DasknnError
 from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
+from .exchange_plan import drop_plans, held_plan
 from .inputs import load_images
 from ..store import (
     LayerStream,
@@ -86,10 +87,12 @@ def load_all_layers(path: str, dtype: str, backend: str) -> list[Block]:
             for w in store.iter_layers()]
 
 
-def load_part_layers(path: str, part: list[PartLayer], first_rows: int, dtype: str, backend: str
-                     ) -> list[tuple[PartLayer, Block]]:
+def load_part_layers(path: str, part: list[PartLayer] | tuple[str, int, int], first_rows: int, dtype: str,
+                     backend: str) -> list[tuple[PartLayer, Block]]:
     # model mode: only this part's columns of each layer, indexed into the rows it reads (its previous block,
-    # then the received rows), kept beside the part's plan so the per-layer tasks carry no arrays of their own
+    # then the received rows), kept beside the part's plan so the per-layer tasks carry no arrays of their own.
+    # part: its plan, or where this worker keeps the plan it made (exchange_plan.plan_part)
+    part = part if isinstance(part, list) else held_plan(part)
     store = open_store(path, check="metadata")
     out = []
     rows = first_rows
@@ -130,9 +133,10 @@ def stream_bytes(dask_worker) -> int:
 
 def close_streams(run: str) -> None:
     # after a run: the layers a stream holds leave the worker's memory, and no stream outlives its plan;
-    # nor does any block of the run's model-mode parts (a failed run leaves some)
+    # nor does any block of the run's model-mode parts (a failed run leaves some), nor their plans
     for held in [h for h in _HELD if h[0] == run]:
         del _HELD[held]
+    drop_plans(run)
     for spec in list(_STREAMS):
         stream = _STREAMS.pop(spec)
         _CLOSED_BYTES[0] += stream.bytes_read
