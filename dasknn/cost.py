@@ -35,6 +35,8 @@ from .store import LayerStream, open_inputs, open_store
 
 #: Multiply-adds a probe may spend (the probe runs on one worker before the timed run).
 PROBE_BUDGET = 4e9
+#: Activations (images x neurons) in the probe's sample.
+PROBE_ACTIVATIONS = 1 << 21
 #: Seconds each worker runs the kernel for :func:`kernel_rate`, and the multiply-adds of one call at most.
 KERNEL_SECONDS = 0.5
 KERNEL_CALL = 2e8
@@ -115,15 +117,16 @@ def probe(path: str, inputs: Any, images: int, dtype: str) -> dict:
     """Run a sample of the batch through the network on this worker (a task): alive fractions, message factors,
     kernel, packing and store-read rates.
 
-    The sample is the batch's first images, as wide as the kernel's tile so the measured rate is the one the
-    run will see; the probe stops after :data:`PROBE_BUDGET` multiply-adds (later layers are assumed to behave
+    The sample is the batch's first images, :data:`PROBE_ACTIVATIONS` activations wide (2,048 images at 1,024
+    neurons, several of the kernel's tiles, so its alive fractions are those of a real chunk); the probe stops after :data:`PROBE_BUDGET` multiply-adds (later layers are assumed to behave
     like the last one it ran).
 
     ``inputs`` is the inputs store (its path), or rows in memory the task was given: a scattered batch, or a
     dask.array's first chunk (NumPy, ``scipy.sparse`` or CuPy; the sample is then at most that chunk's rows).
     """
     store = open_store(path, check="metadata")
-    yt = _sample(inputs, int(min(images, max(64, kernels.tile_for(store.neurons)))), np.dtype(dtype))
+    width = min(4096, max(64, PROBE_ACTIVATIONS // store.neurons))
+    yt = _sample(inputs, int(min(images, width)), np.dtype(dtype))
     width = yt.shape[1]
     alive, factor = [], []
     macs = 0.0

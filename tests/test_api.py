@@ -120,10 +120,6 @@ def test_dask_array_is_never_gathered(monkeypatch, slice_store, slice_images, sl
     assert {t[2].key for t in loads.values()} == chunk_keys
 
 
-# needs dasknn.engine.infer to hand the probe its sample of inputs in memory (the engine's owners' part of issue
-# 17 point 2: ``sample = in_path if in_path is not None else source.data_for(0)``); strict, so it fails once that
-# lands and this mark must go
-@pytest.mark.xfail(raises=DasknnError, strict=True, reason="the engine refuses explain with inputs in memory")
 @pytest.mark.parametrize("kind, sampled", [("scipy.sparse", 1000), ("dask-numpy", 300)])
 def test_auto_and_explain_probe_inputs_in_memory(kind, sampled, slice_paths, slice_store, slice_images, slice_truth,
                                                  client):

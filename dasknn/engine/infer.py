@@ -190,13 +190,10 @@ def infer(
         # data mode on GPUs: the cost model is calibrated with the CPU kernels, and model mode's messages cross
         # device -> host -> network -> host -> device every layer (--explain still shows the CPU predictions)
         mode = DATA
-    if in_path is None and mode == AUTO:
-        # no stored batch for the cost model's probe to sample: data mode where a worker holds the weights
-        mode = DATA if weight_bytes <= WEIGHTS_SHARE * memory else MODEL
-    if in_path is None and explain:
-        raise DasknnError("explain: the cost model's probe samples stored inputs; these are in memory")
     if mode == AUTO or explain:
-        calibration, predictions = predict_modes(client, workers, threads, store, path, in_path, count, dtype,
+        # the probe samples the inputs store, or rows in memory: the scattered batch, a dask.array's first chunk
+        sample = in_path if in_path is not None else source.data_for(0)
+        calibration, predictions = predict_modes(client, workers, threads, store, path, sample, count, dtype,
                                                  memory, weight_bytes, partition, chunks, sync_every, resident,
                                                  explain, group_size if mode == HYBRID else None)
     if mode == AUTO:
