@@ -17,7 +17,7 @@ row of owners out, so a worker can compute any row (or a segment of rows, :mod:`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numba
 import numpy as np
@@ -174,10 +174,13 @@ def _weight(ws: Sequence[sp.csc_matrix], r: int) -> np.ndarray:
 
 
 def forward_rows(ws: Sequence[sp.csc_matrix], owners: np.ndarray, start: int, parts: int, eps: float,
-                 seed: int) -> None:
-    """Place rows ``start .. L`` of ``owners`` (in place), each with the row before it fixed."""
+                 seed: int, progress: Callable[[int], None] | None = None) -> None:
+    """Place rows ``start .. L`` of ``owners`` (in place), each with the row before it fixed; ``progress(r)``
+    after row ``r``."""
     for r in range(start, len(ws) + 1):
         owners[r] = place_row(parts, _weight(ws, r), layer=ws[r - 1], prev=owners[r - 1], epsilon=eps, seed=seed + r)
+        if progress is not None:
+            progress(r)
 
 
 def refine_rows(ws: Sequence[sp.csc_matrix], owners: np.ndarray, rows: Sequence[int], parts: int, eps: float,
@@ -194,9 +197,10 @@ def refine_rows(ws: Sequence[sp.csc_matrix], owners: np.ndarray, rows: Sequence[
 
 
 def fast(ws: Sequence[sp.csc_matrix], parts: int, eps: float, seed: int, sweeps: int = 1,
-         preset: str = "default") -> np.ndarray:
+         preset: str = "default", progress: Callable[[int, int], None] | None = None) -> np.ndarray:
     """The ``fast`` method: row 1 by Mt-KaHyPar, row 0 to fit it, rows 2 .. L placed forward, then ``sweeps``
-    label-propagation sweeps over all rows (backward first: the forward pass never looked ahead).
+    label-propagation sweeps over all rows (backward first: the forward pass never looked ahead);
+    ``progress(rows done, total)`` as rows of the forward pass and sweeps finish.
 
     Returns
     -------
@@ -208,8 +212,11 @@ def fast(ws: Sequence[sp.csc_matrix], parts: int, eps: float, seed: int, sweeps:
     owners = np.zeros((len(ws) + 1, ws[0].shape[0]), dtype=np.int32)
     owners[0] = row0
     owners[1] = row1
-    forward_rows(ws, owners, 2, parts, eps, seed)
     rows = list(range(len(ws) + 1))
+    total = len(rows) * (1 + sweeps)
+    forward_rows(ws, owners, 2, parts, eps, seed, None if progress is None else lambda r: progress(r + 1, total))
     for s in range(sweeps):
         refine_rows(ws, owners, rows[::-1] if s % 2 == 0 else rows, parts, eps, seed + 7919 * (s + 1))
+        if progress is not None:
+            progress(len(rows) * (s + 2), total)
     return owners

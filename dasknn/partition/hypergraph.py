@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import scipy.sparse as sp
 
 from ..errors import DasknnError
 from .metrics import _lambdas
+from .mtk_presets import LEAN_INI
 from .simple import _cap, _rebalance, _split_by_weight
 
 #: Mt-KaHyPar presets :func:`partition_network` accepts (our name: Mt-KaHyPar's ``PresetType``).
@@ -20,6 +22,10 @@ PRESETS: dict[str, str] = {"default": "DEFAULT", "quality": "QUALITY", "determin
 _MTK_LOCK = threading.Lock()
 _MTK: Any = None  # the process-wide Mt-KaHyPar initializer (its thread pool can be set up only once)
 _MTK_THREADS = 0
+_LEAN: dict[str, str | None] = {}  # the lean context's file, written once per process (None: not accepted)
+
+#: Called as ``progress(done, total)`` as rows of owners are finished.
+ProgressFn = Callable[[int, int], None]
 
 
 # --------------------------------------------------------------------------------------------- Mt-KaHyPar
@@ -39,12 +45,33 @@ def _mtk(threads: int | None) -> Any:
         return _MTK
 
 
-def _context(parts: int, eps: float, caps: Sequence[int], preset: str = "default") -> Any:
+def _lean_context() -> Any:
+    """Mt-KaHyPar's DEFAULT preset without community detection (:data:`~.mtk_presets.LEAN_INI`), or ``None``
+    where this Mt-KaHyPar does not accept that file."""
+    with _MTK_LOCK:
+        if "path" not in _LEAN:
+            fd, path = tempfile.mkstemp(prefix="dasknn-mtk-", suffix=".ini")
+            with os.fdopen(fd, "w") as f:
+                f.write(LEAN_INI)
+            try:
+                _MTK.context_from_file(path)
+                _LEAN["path"] = path
+            except Exception:  # another Mt-KaHyPar's option names: its own preset will do
+                _LEAN["path"] = None
+            if _LEAN["path"] is None:
+                os.unlink(path)
+        path = _LEAN["path"]
+    return None if path is None else _MTK.context_from_file(path)
+
+
+def _context(parts: int, eps: float, caps: Sequence[int], preset: str = "default", lean: bool = False) -> Any:
     import mtkahypar
 
     # DEFAULT: on the challenge network QUALITY came out within DEFAULT's run-to-run spread (128.2k against
     # 128.2k-128.7k at K = 16) for ~5 % more time; HIGHEST_QUALITY took twice as long for < 1 %.
-    ctx = _MTK.context_from_preset(getattr(mtkahypar.PresetType, PRESETS[preset]))
+    ctx = _lean_context() if lean and preset == "default" else None
+    if ctx is None:
+        ctx = _MTK.context_from_preset(getattr(mtkahypar.PresetType, PRESETS[preset]))
     ctx.set_partitioning_parameters(parts, eps, mtkahypar.Objective.KM1)
     ctx.logging = False
     # Explicit block capacities make the balance exact (max work <= (1 + eps) * mean) instead of Mt-KaHyPar's
@@ -65,14 +92,13 @@ def _run_mtk(
     seed: int,
     fixed: np.ndarray | None = None,
     preset: str = "default",
+    lean: bool = False,
 ) -> np.ndarray:
     """Partition one hypergraph (nets as CSR ``ptr``/``flat``) with Mt-KaHyPar; return the block of every node."""
     import mtkahypar
 
-    ctx = _context(parts, eps, caps, preset)
-    fl = flat.tolist()  # the binding takes lists of lists; slicing one list is far faster than per-net numpy
-    p = ptr.tolist()
-    nets = [fl[p[e] : p[e + 1]] for e in range(len(p) - 1)]
+    ctx = _context(parts, eps, caps, preset, lean)
+    nets = _net_lists(flat, ptr)
     nw = [1] * len(nets) if net_weights is None else net_weights.tolist()
     hg = _MTK.create_hypergraph(ctx, num_nodes, len(nets), nets, node_weights.tolist(), nw)
     if fixed is not None:
@@ -82,8 +108,20 @@ def _run_mtk(
     return np.asarray(phg.get_partition(), dtype=np.int32)
 
 
-def _row_nets(csr: sp.csr_matrix, head_offset: int, col_offset: int, head_ids: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Nets ``{head_offset + i} | {col_offset + j : W[i, j] != 0}`` for every row ``i`` with a nonzero."""
+def _net_lists(flat: np.ndarray, ptr: np.ndarray) -> list[list[int]]:
+    """The nets as the binding takes them, a list of lists, in their order."""
+    sizes = np.diff(ptr)
+    if len(sizes) and sizes.min() == sizes.max():  # all nets alike (a RadiX-Net layer): one C-level conversion
+        return flat[: int(ptr[-1])].reshape(len(sizes), int(sizes[0])).tolist()
+    fl = flat.tolist()  # slicing one list is far faster than per-net numpy
+    p = ptr.tolist()
+    return [fl[p[e] : p[e + 1]] for e in range(len(p) - 1)]
+
+
+def _row_nets(csr: sp.csr_matrix, head_offset: int, col_offset: int, head_ids: bool = True,
+              heads: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Nets ``{head_offset + i} | {col_offset + j : W[i, j] != 0}`` for every row ``i`` with a nonzero
+    (``{heads[i]} | ...`` where ``heads`` is given)."""
     rnnz = np.diff(csr.indptr)
     keep = np.flatnonzero(rnnz > 0)
     size = rnnz[keep] + (1 if head_ids else 0)
@@ -93,7 +131,7 @@ def _row_nets(csr: sp.csr_matrix, head_offset: int, col_offset: int, head_ids: b
     is_head = np.zeros(len(flat), dtype=np.bool_)
     if head_ids:
         is_head[ptr[:-1]] = True
-        flat[ptr[:-1]] = head_offset + keep
+        flat[ptr[:-1]] = head_offset + keep if heads is None else heads[keep]
     flat[~is_head] = col_offset + csr.indices.astype(np.int64)  # CSR order is row order, as are the nets
     return flat, ptr
 
@@ -150,7 +188,7 @@ def _tile_row(row: np.ndarray, layers: int) -> np.ndarray:
 
 
 def first_row(csr: sp.csr_matrix, weight: np.ndarray, parts: int, eps: float, seed: int,
-              preset: str = "default") -> np.ndarray:
+              preset: str = "default", lean: bool = False) -> np.ndarray:
     """Owners of one layer's outputs with nothing fixed: Mt-KaHyPar on its column nets (the consumer sets of
     each input; the input's own owner is chosen afterwards), balanced on ``weight``.
 
@@ -162,6 +200,9 @@ def first_row(csr: sp.csr_matrix, weight: np.ndarray, parts: int, eps: float, se
         Work of each output (the layer's column counts).
     parts, eps, seed, preset
         As for :func:`~dasknn.partition.partition_network`; Mt-KaHyPar must be initialised (``_mtk``).
+    lean
+        Use the DEFAULT preset without community detection (:mod:`.mtk_presets`) where ``preset`` is
+        ``"default"``.
 
     Returns
     -------
@@ -172,20 +213,28 @@ def first_row(csr: sp.csr_matrix, weight: np.ndarray, parts: int, eps: float, se
     flat, ptr = _row_nets(csr, 0, 0, head_ids=False)
     sizes = np.diff(ptr)
     keep = np.flatnonzero(sizes >= 2)
-    idx = np.concatenate([np.arange(ptr[e], ptr[e + 1]) for e in keep]) if len(keep) else np.zeros(0, np.int64)
-    flat, ptr = flat[idx], np.concatenate([[0], np.cumsum(sizes[keep])]).astype(np.int64)
+    flat, ptr = flat[np.repeat(sizes >= 2, sizes)], np.concatenate([[0], np.cumsum(sizes[keep])]).astype(np.int64)
     w1 = np.maximum(weight, 1)
     if len(ptr) == 1:
         return _split_by_weight(np.arange(n), weight, parts)
-    return _run_mtk(n, flat, ptr, None, w1, parts, eps, [_cap(float(w1.sum()), parts, eps)] * parts, seed, preset=preset)
+    return _run_mtk(n, flat, ptr, None, w1, parts, eps, [_cap(float(w1.sum()), parts, eps)] * parts, seed,
+                    preset=preset, lean=lean)
 
 
 class _Layered:
-    """Row-by-row partitioning with neighbouring rows fixed (the ``hypergraph-layered`` machinery)."""
+    """Row-by-row partitioning with neighbouring rows fixed (the ``hypergraph-layered`` machinery).
 
-    def __init__(self, ws: Sequence[sp.csc_matrix], parts: int, eps: float, seed: int, preset: str = "default"):
+    ``lean`` (the ``hypergraph`` method) gives Mt-KaHyPar a smaller, equivalent hypergraph: the fixed neighbours
+    become one fixed *hub* vertex per part (a net reaches part ``p`` through a fixed pin exactly when it holds
+    that part's hub), so each row's hypergraph has ``N + K`` vertices instead of ``2N`` or ``3N``; and it uses
+    the DEFAULT preset without community detection (:mod:`.mtk_presets`).
+    """
+
+    def __init__(self, ws: Sequence[sp.csc_matrix], parts: int, eps: float, seed: int, preset: str = "default",
+                 lean: bool = False):
         self.ws = ws
         self.preset = preset
+        self.lean = lean
         self.n = ws[0].shape[0]
         self.L = len(ws)
         self.parts = parts
@@ -222,6 +271,8 @@ class _Layered:
 
     def solve_row(self, owners: np.ndarray, r: int, use_prev: bool, use_next: bool) -> np.ndarray:
         """Partition row ``r`` with the rows before/after it fixed to their current owners."""
+        if self.lean:
+            return self.solve_row_hubs(owners, r, use_prev, use_next)
         n, k = self.n, self.parts
         nets: list[tuple[np.ndarray, np.ndarray]] = []
         fixed_rows: list[np.ndarray] = []
@@ -249,14 +300,43 @@ class _Layered:
         part = _run_mtk(num, flat, ptr, None, node_w, k, self.eps, caps, self.seed + r, fixed=fixed, preset=self.preset)
         return part[:n].astype(np.int32)
 
-    def forward(self) -> np.ndarray:
-        """Initial owners: layer 1 from its column-net hypergraph, then each row with the previous one fixed."""
+    def solve_row_hubs(self, owners: np.ndarray, r: int, use_prev: bool, use_next: bool) -> np.ndarray:
+        """:meth:`solve_row` on the hub hypergraph: vertices ``0 .. N-1`` the row, ``N + p`` part ``p``'s hub."""
+        n, k = self.n, self.parts
+        nets: list[tuple[np.ndarray, np.ndarray]] = []
+        if use_prev and r >= 1:  # layer r: input i's net holds the hub of its owner and the outputs it feeds
+            nets.append(_row_nets(self.csr(r - 1), 0, 0, heads=n + owners[r - 1].astype(np.int64)))
+        if use_next and r < self.L:  # layer r + 1: input i (of row r) and the hubs of the parts its outputs own
+            csr = self.csr(r)
+            hubs = sp.csr_matrix((np.ones(csr.nnz, np.int8), owners[r + 1][csr.indices], csr.indptr), shape=(n, k))
+            hubs.sum_duplicates()  # one pin per part
+            nets.append(_row_nets(hubs, 0, n))
+        flat, ptr = _concat_nets(nets)
+        w = self.weight(r)
+        if len(ptr) == 1:
+            return _split_by_weight(np.arange(n), w, k)
+        free_w = np.maximum(w, 1)  # zero weights crash Mt-KaHyPar next to fixed vertices
+        cap = _cap(float(free_w.sum()), k, self.eps) + 1  # each block also holds its hub (weight 1)
+        fixed = np.concatenate([np.full(n, -1, dtype=np.int64), np.arange(k, dtype=np.int64)])
+        node_w = np.concatenate([free_w, np.ones(k, dtype=np.int64)])
+        part = _run_mtk(n + k, flat, ptr, None, node_w, k, self.eps, [cap] * k, self.seed + r, fixed=fixed,
+                        preset=self.preset, lean=True)
+        return part[:n].astype(np.int32)
+
+    def forward(self, progress: ProgressFn | None = None, total: int = 0) -> np.ndarray:
+        """Initial owners: layer 1 from its column-net hypergraph, then each row with the previous one fixed;
+        ``progress(rows done, total)`` after each row (``total``: default the ``L + 1`` rows)."""
         k = self.parts
+        total = total or self.L + 1
         owners = np.zeros((self.L + 1, self.n), dtype=np.int32)
-        owners[1] = first_row(self.csr(0), self.weight(1), k, self.eps, self.seed, self.preset)
+        owners[1] = first_row(self.csr(0), self.weight(1), k, self.eps, self.seed, self.preset, self.lean)
         owners[0] = self.solve_row(owners, 0, use_prev=False, use_next=True)
         for r in range(2, self.L + 1):
+            if progress is not None:
+                progress(r, total)
             owners[r] = self.solve_row(owners, r, use_prev=True, use_next=False)
+        if progress is not None:
+            progress(self.L + 1, total)
         return owners
 
     def sweep(self, owners: np.ndarray, order: Sequence[int]) -> int:
@@ -276,14 +356,20 @@ class _Layered:
 
 
 def _layered(ws: Sequence[sp.csc_matrix], parts: int, eps: float, seed: int, sweeps: int,
-             preset: str = "default") -> np.ndarray:
-    lay = _Layered(ws, parts, eps, seed, preset)
-    owners = lay.forward()
+             preset: str = "default", lean: bool = False, progress: ProgressFn | None = None) -> np.ndarray:
+    lay = _Layered(ws, parts, eps, seed, preset, lean)
     rows = list(range(lay.L + 1))
+    total = len(rows) * (1 + sweeps)  # rows solved, the sweeps' included (a converged sweep ends them early)
+    owners = lay.forward(progress, total)
     for s in range(sweeps):
         order = rows[::-1] if s % 2 == 0 else rows  # backward first: the forward pass never looked ahead
-        if lay.sweep(owners, order) == 0:
+        changed = lay.sweep(owners, order)
+        if progress is not None:
+            progress(len(rows) * (s + 2), total)
+        if changed == 0:
             break
+    if progress is not None:
+        progress(total, total)
     for r in range(1, lay.L + 1):
         w = lay.weight(r)
         owners[r] = _rebalance(owners[r], w, parts, _cap(float(w.sum()), parts, eps))
