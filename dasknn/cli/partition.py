@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
-from .common import PLOT_EXTRA, emit, positive_int, require_matplotlib
+from .common import PLOT_EXTRA, Progress, emit, positive_int, require_matplotlib
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
@@ -40,8 +40,16 @@ def cmd_partition(args: argparse.Namespace) -> int:
             layers = open_store(args.network).partition_layers()
         else:
             layers = io.read_network(args.network, bias=0.0).layers  # the bias plays no part in partitioning
+        rows = len(layers) + 1
+        bar = Progress(rows, f"partition ({args.method}, K = {args.parts})", not args.json)
         t0 = time.perf_counter()
-        owners = partitioning.partition_network(layers, args.parts, args.method, epsilon=args.epsilon, seed=args.seed)
+        try:
+            # the bar counts rows of owners (layers); a method that refines rows reports its passes in proportion
+            owners = partitioning.partition_network(layers, args.parts, args.method, epsilon=args.epsilon,
+                                                    seed=args.seed,
+                                                    progress=lambda done, total: bar.to(done * rows // total))
+        finally:
+            bar.close()
         seconds = time.perf_counter() - t0
         report = partitioning.partition_report(layers, owners, args.method, seconds)
     if args.out:
