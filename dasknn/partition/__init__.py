@@ -31,7 +31,10 @@ Methods
     balanced on its own layer's work, whatever the network.
 ``hypergraph``
     The default: ``hypergraph-layered`` without the sweeps, or ``hypergraph-shared`` where that sends less
-    and still balances every layer (both are computed). On the challenge network (1024 x 120) the
+    and still balances every layer (both are computed). Its rows are solved on a smaller, equivalent
+    hypergraph: the fixed neighbouring rows as one hub vertex per part, twins (outputs on the same nets)
+    contracted (:mod:`.twins`), equal nets merged, and Mt-KaHyPar's DEFAULT preset without community
+    detection. On the challenge network (1024 x 120) the
     forward pass alone sends 26-31 % less than ``hypergraph-shared`` at K = 4 and 16 (1 % less at K = 64) in
     similar time, because a RadiX-Net layer's locality changes from layer to layer and one owner per index
     cannot follow it, and it keeps every layer balanced on any network, where one shared owner can balance
@@ -52,7 +55,7 @@ deterministic: two runs may differ slightly in volume (never in validity or bala
 (Mt-KaHyPar's deterministic preset) gives the same owners on every run, at some cost in time.
 
 The package's modules: ``metrics`` (checks and costs), ``simple`` (baselines, balance), ``hypergraph``
-(Mt-KaHyPar methods), ``fast`` and ``segments`` (the Numba method and stitching), ``methods`` (the entry
+(Mt-KaHyPar methods), ``twins`` and ``mtk_presets`` (what makes the default's rows small), ``fast`` and ``segments`` (the Numba method and stitching), ``methods`` (the entry
 point) and ``plot``.
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import tempfile
 import threading
@@ -15,6 +16,7 @@ from ..errors import DasknnError
 from .metrics import _lambdas
 from .mtk_presets import LEAN_INI
 from .simple import _cap, _rebalance, _split_by_weight
+from .twins import contract, twin_groups
 
 #: Mt-KaHyPar presets :func:`partition_network` accepts (our name: Mt-KaHyPar's ``PresetType``).
 PRESETS: dict[str, str] = {"default": "DEFAULT", "quality": "QUALITY", "deterministic": "DETERMINISTIC"}
@@ -56,6 +58,7 @@ def _lean_context() -> Any:
             try:
                 _MTK.context_from_file(path)
                 _LEAN["path"] = path
+                atexit.register(os.unlink, path)
             except Exception:  # another Mt-KaHyPar's option names: its own preset will do
                 _LEAN["path"] = None
             if _LEAN["path"] is None:
@@ -226,7 +229,8 @@ class _Layered:
 
     ``lean`` (the ``hypergraph`` method) gives Mt-KaHyPar a smaller, equivalent hypergraph: the fixed neighbours
     become one fixed *hub* vertex per part (a net reaches part ``p`` through a fixed pin exactly when it holds
-    that part's hub), so each row's hypergraph has ``N + K`` vertices instead of ``2N`` or ``3N``; and it uses
+    that part's hub), so each row's hypergraph has ``N + K`` vertices instead of ``2N`` or ``3N``; twins (free
+    vertices on the same nets) become one vertex and equal nets one weighted net (:mod:`.twins`); and it uses
     the DEFAULT preset without community detection (:mod:`.mtk_presets`).
     """
 
@@ -313,15 +317,21 @@ class _Layered:
             nets.append(_row_nets(hubs, 0, n))
         flat, ptr = _concat_nets(nets)
         w = self.weight(r)
+        free_w = np.maximum(w, 1)  # zero weights crash Mt-KaHyPar next to fixed vertices
+        incidence = sp.csr_matrix((np.ones(len(flat), np.int8), flat, ptr), shape=(len(ptr) - 1, n + k))
+        # twins (outputs on the same nets) as one vertex, in chunks light enough to leave balance easy
+        vertex = twin_groups(incidence[:, :n].tocsc(), free_w, max(1, int(self.eps * free_w.sum() / k / 4)))
+        flat, ptr, net_w = contract(incidence, n, vertex)
         if len(ptr) == 1:
             return _split_by_weight(np.arange(n), w, k)
-        free_w = np.maximum(w, 1)  # zero weights crash Mt-KaHyPar next to fixed vertices
+        nv = int(vertex.max()) + 1
         cap = _cap(float(free_w.sum()), k, self.eps) + 1  # each block also holds its hub (weight 1)
-        fixed = np.concatenate([np.full(n, -1, dtype=np.int64), np.arange(k, dtype=np.int64)])
-        node_w = np.concatenate([free_w, np.ones(k, dtype=np.int64)])
-        part = _run_mtk(n + k, flat, ptr, None, node_w, k, self.eps, [cap] * k, self.seed + r, fixed=fixed,
+        fixed = np.concatenate([np.full(nv, -1, dtype=np.int64), np.arange(k, dtype=np.int64)])
+        node_w = np.concatenate([np.bincount(vertex, weights=free_w, minlength=nv).astype(np.int64),
+                                 np.ones(k, dtype=np.int64)])
+        part = _run_mtk(nv + k, flat, ptr, net_w, node_w, k, self.eps, [cap] * k, self.seed + r, fixed=fixed,
                         preset=self.preset, lean=True)
-        return part[:n].astype(np.int32)
+        return part[vertex].astype(np.int32)
 
     def forward(self, progress: ProgressFn | None = None, total: int = 0) -> np.ndarray:
         """Initial owners: layer 1 from its column-net hypergraph, then each row with the previous one fixed;

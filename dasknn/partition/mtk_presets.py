@@ -2,7 +2,7 @@
 
 Measured on a 65536-wide generated layer (K = 2, the previous row fixed): the Louvain community detection that
 the preset runs before coarsening took about 40 % of Mt-KaHyPar's time and changed nothing in the result; on the
-challenge network at K = 16 the volume stays within the run-to-run spread (see BENCHMARKS.md). The Python binding
+challenge network at K = 16 the default method still sends 0.079 of random (2026-12-01). The Python binding
 sets that switch only through a configuration file, and a file replaces every option (the defaults behind an
 absent option are not the preset's), so this is the whole preset, as Mt-KaHyPar's ``config/default_preset.ini``
 writes it, with ``p-enable-community-detection=false``. An Mt-KaHyPar that names its options otherwise refuses
