@@ -20,10 +20,10 @@ def _incidence(nets: list[list[int]], columns: int) -> sp.csr_matrix:
 def test_twins_share_a_vertex_and_heavy_groups_are_chunked() -> None:
     # columns 0, 2, 4 lie on nets {0, 1}; 1 and 3 on {1}; 5 on nothing
     inc = _incidence([[0, 2, 4], [0, 1, 2, 3, 4]], 6)
-    vertex = twin_groups(inc.tocsc(), np.ones(6, np.int64), max_weight=10)
+    vertex = twin_groups(inc, 6, np.ones(6, np.int64), max_weight=10)
     assert vertex[0] == vertex[2] == vertex[4] and vertex[1] == vertex[3]
     assert len({vertex[0], vertex[1], vertex[5]}) == 3 and sorted(set(vertex)) == [0, 1, 2]
-    chunked = twin_groups(inc.tocsc(), np.ones(6, np.int64), max_weight=2)  # 0, 2, 4 weigh 3 together
+    chunked = twin_groups(inc, 6, np.ones(6, np.int64), max_weight=2)  # 0, 2, 4 weigh 3 together
     assert len({chunked[0], chunked[2], chunked[4]}) == 2
     assert np.bincount(chunked).max() <= 2
 

@@ -320,7 +320,7 @@ class _Layered:
         free_w = np.maximum(w, 1)  # zero weights crash Mt-KaHyPar next to fixed vertices
         incidence = sp.csr_matrix((np.ones(len(flat), np.int8), flat, ptr), shape=(len(ptr) - 1, n + k))
         # twins (outputs on the same nets) as one vertex, in chunks light enough to leave balance easy
-        vertex = twin_groups(incidence[:, :n].tocsc(), free_w, max(1, int(self.eps * free_w.sum() / k / 4)))
+        vertex = twin_groups(incidence, n, free_w, max(1, int(self.eps * free_w.sum() / k / 4)))
         flat, ptr, net_w = contract(incidence, n, vertex)
         if len(ptr) == 1:
             return _split_by_weight(np.arange(n), w, k)

@@ -28,23 +28,43 @@ def _set_hashes(indptr: np.ndarray, indices: np.ndarray, count: int) -> np.ndarr
     return out
 
 
-def twin_groups(incidence: sp.csc_matrix, weight: np.ndarray, max_weight: int) -> np.ndarray:
-    """Vertex of the contracted hypergraph for each column of ``incidence`` (nets x free vertices).
+def _column_hashes(incidence: sp.csr_matrix, n: int) -> np.ndarray:
+    """Degree and three order-free hashes of the nets of each of the first ``n`` columns, shape ``(n, 4)``:
+    sums of 32-bit keys, exact in ``float64`` below 2**21 nets per column, without transposing."""
+    keys = np.random.default_rng(0x7A15EED).integers(1, 2**32, size=(3, incidence.shape[0])).astype(np.float64)
+    row = np.repeat(np.arange(incidence.shape[0]), np.diff(incidence.indptr))
+    free = incidence.indices < n
+    col, row = incidence.indices[free], row[free]
+    out = np.empty((n, 4), np.float64)
+    out[:, 0] = np.bincount(col, minlength=n)
+    for h in range(3):
+        out[:, h + 1] = np.bincount(col, weights=keys[h][row], minlength=n)
+    return out
+
+
+def _sorted_keys(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The order that sorts the rows of ``key`` (stable) and where each run of equal rows starts."""
+    order = np.lexsort((np.arange(len(key)),) + tuple(key[:, c] for c in range(key.shape[1] - 1, -1, -1)))
+    new = np.ones(len(key), dtype=np.bool_)
+    new[1:] = (key[order][1:] != key[order][:-1]).any(axis=1)
+    return order, new
+
+
+def twin_groups(incidence: sp.csr_matrix, free: int, weight: np.ndarray, max_weight: int) -> np.ndarray:
+    """Vertex of the contracted hypergraph for each of the first ``free`` columns of ``incidence`` (nets x
+    vertices).
 
     Columns with the same nets share a vertex, up to ``max_weight`` of ``weight`` per vertex (a group of twins
-    heavier than that is cut into chunks). Two columns are taken for twins when their degree and two independent
-    64-bit hashes of their nets agree; a false match (never seen) would only cost volume, never validity.
+    heavier than that is cut into chunks). Two columns are taken for twins when their degree and three
+    independent 32-bit hashes of their nets agree; a false match would only cost volume, never validity.
 
     Returns
     -------
     numpy.ndarray
         ``int64`` vertex of every column, ``0 .. vertices - 1``.
     """
-    n = incidence.shape[1]
-    key = _set_hashes(incidence.indptr, incidence.indices, incidence.shape[0])
-    order = np.lexsort((np.arange(n), key[:, 2], key[:, 1], key[:, 0]))
-    new_group = np.ones(n, dtype=np.bool_)
-    new_group[1:] = (key[order][1:] != key[order][:-1]).any(axis=1)
+    n = free
+    order, new_group = _sorted_keys(_column_hashes(incidence, n))
     w = np.maximum(weight[order], 1).astype(np.int64)
     # a running weight inside each group; a new chunk where it passes max_weight
     group = np.cumsum(new_group) - 1
@@ -57,7 +77,12 @@ def twin_groups(incidence: sp.csc_matrix, weight: np.ndarray, max_weight: int) -
     new_vertex[1:] |= chunk[1:] != chunk[:-1]
     vertex = np.empty(n, np.int64)
     vertex[order] = np.cumsum(new_vertex) - 1
-    return vertex
+    # number the vertices by their first column: the row keeps its own order (the hashes' order is arbitrary)
+    first = np.full(int(vertex.max()) + 1 if n else 0, n, np.int64)
+    np.minimum.at(first, vertex, np.arange(n))
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    return rank[vertex]
 
 
 def contract(incidence: sp.csr_matrix, free: int, vertex: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -79,9 +104,13 @@ def contract(incidence: sp.csr_matrix, free: int, vertex: np.ndarray) -> tuple[n
                       shape=(incidence.shape[0], nv + fixed))
     m.sum_duplicates()  # one pin per contracted vertex, pins sorted
     key = _set_hashes(m.indptr, m.indices, m.shape[1])
-    keep = key[:, 0] >= 2
-    _, first, counts = np.unique(key[keep], axis=0, return_index=True, return_counts=True)
-    nets = np.flatnonzero(keep)[np.sort(first)]
-    weights = counts[np.argsort(first)]
+    kept = np.flatnonzero(key[:, 0] >= 2)
+    order, new = _sorted_keys(key[kept])
+    starts = np.flatnonzero(new)
+    counts = np.diff(np.append(starts, len(order)))
+    first = order[starts]  # the stable sort puts each run's first net first
+    by_first = np.argsort(first)
+    nets = kept[first[by_first]]
+    weights = counts[by_first]
     sub = m[nets]
     return sub.indices.astype(np.int64), sub.indptr.astype(np.int64), weights.astype(np.int64)
