@@ -92,10 +92,11 @@ class Prediction:
 
 
 #: Seconds per layer entry and doubling of the parts (``log2 K``) that computing a partition takes, by method;
-#: measured on the client: ``hypergraph`` on generated 65,536 x 120, K = 2, 132 s (2026-12-01, this project's
-#: 2-core VM); ``fast`` about 100 times faster side by side, ``fast-segments`` about 2.5 times ``fast``
-#: (BENCHMARKS.md, issue 16); ``hypergraph-layered`` adds two sweeps of about the forward pass each.
-PARTITION_RATES = {"hypergraph": 5.2e-7, "hypergraph-shared": 5.2e-7, "hypergraph-layered": 1.6e-6, "fast": 5.2e-9,
+#: measured on the client, this project's 2-core VM, 2026-12-01: ``hypergraph`` on generated 65,536 x 480, K = 2,
+#: 139 s for 1.0e9 entries (with twins contracted); ``hypergraph-shared`` 132 s on 65,536 x 120 (measured before);
+#: ``fast`` about 100 times faster than ``hypergraph-shared`` side by side, ``fast-segments`` about 2.5 times
+#: ``fast`` (BENCHMARKS.md, issue 16); ``hypergraph-layered`` adds two sweeps of about the forward pass each.
+PARTITION_RATES = {"hypergraph": 1.4e-7, "hypergraph-shared": 5.2e-7, "hypergraph-layered": 1.6e-6, "fast": 5.2e-9,
                    "fast-segments": 1.3e-8, "block": 1e-9, "random": 1e-9}
 #: Seconds per layer entry of making a part plan: 191.5 s for generated 65,536 x 480 (1.0e9 entries) written
 #: by 2 workers (BENCHMARKS.md, out of core), i.e. about 3.8e-7 per entry on one process.
