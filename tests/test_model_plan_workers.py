@@ -117,3 +117,37 @@ def test_auto_keeps_no_partition_in_a_read_only_store_or_one_given(client, fresh
     np.testing.assert_array_equal(given.categories, slice_truth)
     assert given.mode == "model" and given.partition_seconds == 0
     assert not (fresh_store / "partitions").exists() or not any((fresh_store / "partitions").iterdir())
+
+
+@pytest.mark.parametrize("worker_memory, on_cluster", [(None, True), (1e6, False)])
+def test_model_mode_partitions_on_a_worker_that_has_the_memory(client, fresh_store, slice_truth, monkeypatch,
+                                                               worker_memory, on_cluster):
+    # an explicit --mode model computes its partition where auto's does: on a worker, unless a worker's memory
+    # is too small for it (then the client computes it, as before)
+    import importlib
+
+    from dasknn.partition import cluster as cluster_mod
+
+    infer_mod = importlib.import_module("dasknn.engine.infer")  # the module: the package exports the function
+
+    where = []
+    on_worker = cluster_mod.partition_on_cluster
+    monkeypatch.setattr(cluster_mod, "partition_on_cluster",
+                        lambda *a, **k: where.append("cluster") or on_worker(*a, **k))
+    if worker_memory is not None:
+        fits = infer_mod.partition_fits_worker
+        monkeypatch.setattr(infer_mod, "partition_fits_worker", lambda neurons, memory: fits(neurons, worker_memory))
+    result = engine.infer(fresh_store, client=client, mode="model", partition="block", dtype="float64")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    assert result.partition_seconds > 0
+    assert where == (["cluster"] if on_cluster else [])
+    assert store.load_partition(fresh_store, store.partition_name("block", 2)) is not None
+
+
+def test_a_partition_fits_a_worker_by_the_network_width():
+    from dasknn.engine.sizing import PARTITION_NEURON_BYTES, WEIGHTS_SHARE, partition_fits_worker
+
+    assert partition_fits_worker(65536, 2e9) and not partition_fits_worker(65536, 600e6)
+    width = 1024
+    assert partition_fits_worker(width, PARTITION_NEURON_BYTES * width / WEIGHTS_SHARE)
+    assert not partition_fits_worker(width, 0.99 * PARTITION_NEURON_BYTES * width / WEIGHTS_SHARE)

@@ -58,7 +58,8 @@ class Job:
     partition: object
     progress: Callable[[int, int], None] | None
     plan_store: str | None = None
-    #: compute a partition not stored yet on a worker of the cluster, not on the client (auto chose model mode)
+    #: compute a partition not stored yet on a worker of the cluster, not on the client (where a worker has the
+    #: memory: :func:`~dasknn.engine.sizing.partition_fits_worker`)
     partition_on_cluster: bool = False
     #: the name of the dask.array of final activations each chunk keeps on its worker (futures in
     #: :attr:`Pass.kept`), or None

@@ -18,7 +18,8 @@ from ..store import location, open_results, open_store, read_results
 from .execute import Job, Pass, execute
 from .groups import check_mode
 from .inputs import InputSource, stored_source
-from .sizing import WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, predict_modes
+from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, partition_fits_worker,
+                     predict_modes)
 
 
 @dataclass
@@ -116,8 +117,9 @@ def infer(
         cost model (:mod:`dasknn.cost`) predicts fastest among those whose share of the weights fits.
     partition
         For model and hybrid modes: a method of :mod:`dasknn.partition`, a ``.npy`` owners file, or an array.
-        A method's partition is computed once and kept in the store (when it is writable) for the next run; when
-        ``mode="auto"`` chooses model or hybrid mode, it is computed on a worker of the cluster, not the client.
+        A method's partition is computed once and kept in the store (when it is writable) for the next run. It is
+        computed on a worker of the cluster, not the client, where a worker has the memory for it
+        (:func:`~dasknn.engine.sizing.partition_fits_worker`).
     group_size
         Workers per group in hybrid mode (2 by default where the workers divide evenly).
     images
@@ -181,7 +183,6 @@ def infer(
                          plan_store=plan_store, keep_activations=keep_activations)
 
     workers, threads, memory = _cluster(client)
-    auto = mode == AUTO  # a partition auto's choice needs is computed on the cluster
     # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
     weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
     predictions: list = []
@@ -220,7 +221,7 @@ def infer(
               keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
               results=results, activations=activations, bounds=bounds, partition=partition, progress=progress,
               plan_store=None if plan_store is None else str(Path(plan_store).resolve()), keep=f"activations-{uuid.uuid4().hex[:8]}" if keep_activations else None,
-              partition_on_cluster=auto)
+              partition_on_cluster=partition_fits_worker(store.neurons, memory))
     check_memory(store, dtype, resident, keep_layers, g, memory, max(b - a for a, b in bounds))
     todo = [c for c in range(len(bounds)) if c not in done]
     runs = _run_recovering(client, job, workers, mode, group_size, todo)

@@ -16,6 +16,9 @@ from .owners import check_partition, stored_partition
 
 #: Share of a worker's memory limit its weights may take before ``auto`` spreads the layers over more workers.
 WEIGHTS_SHARE = 0.25
+#: A worker's memory a partition takes per neuron of the network's width: the hypergraph partition of a generated
+#: 65,536 x 480 network, K = 2, peaked at about 450 MB (BENCHMARKS.md, issue 16); the layers are read one at a time.
+PARTITION_NEURON_BYTES = 7e3
 
 
 #: Memory a worker takes before it holds any data: Python, Dask, Zarr, the compiled kernels (measured: a
@@ -230,3 +233,9 @@ def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, 
     # small worker may hold (measured: 6.6 s for 3 layers on the 2-core VM)
     per_entry, window = sample_volumes(path, g, str(partition))
     return np.round(nnz * float(np.mean(per_entry))).astype(np.int64), window, setup, "sample"
+
+
+def partition_fits_worker(neurons: int, memory: float) -> bool:
+    """Whether a partition of a network ``neurons`` wide is computed on a worker of ``memory`` bytes (with the
+    share of its memory weights may take) rather than on the client."""
+    return PARTITION_NEURON_BYTES * neurons <= WEIGHTS_SHARE * memory
