@@ -151,3 +151,31 @@ def test_a_partition_fits_a_worker_by_the_network_width():
     width = 1024
     assert partition_fits_worker(width, PARTITION_NEURON_BYTES * width / WEIGHTS_SHARE)
     assert not partition_fits_worker(width, 0.99 * PARTITION_NEURON_BYTES * width / WEIGHTS_SHARE)
+
+
+def test_the_plan_task_keeps_the_parts_blocks_for_its_weights_task(slice_store, monkeypatch):
+    # the worker reads each layer once: the weights' task takes the blocks its plan task made from the layers it
+    # read, the same blocks as when read from the store (what it still does when none are kept)
+    from dasknn.engine import tasks
+
+    layers = store.open_store(slice_store).network().layers
+    owners = partition.partition_network(layers, 2, "random", seed=1)
+    held = ("test-run", 0, 1)
+    try:
+        exchange_plan.plan_part(str(slice_store), owners, 2, held)
+        first_rows = int(np.count_nonzero(owners[0] == 1))
+        reads = []
+        layer = store.NetworkStore.layer
+        monkeypatch.setattr(store.NetworkStore, "layer", lambda self, k: reads.append(k) or layer(self, k))
+        kept = tasks.load_part_layers(str(slice_store), held, first_rows, "float64", "cpu")
+        assert reads == [] and held not in exchange_plan.BLOCKS and held in exchange_plan.PLANS
+        again = tasks.load_part_layers(str(slice_store), held, first_rows, "float64", "cpu")
+        assert reads == list(range(1, len(layers) + 1))
+        for (pl, block), (pl2, block2) in zip(kept, again):
+            assert pl is pl2
+            for a, b in zip(block, block2):
+                np.testing.assert_array_equal(a, b)
+                assert a.dtype == b.dtype
+    finally:
+        exchange_plan.drop_plans("test-run")
+    assert held not in exchange_plan.PLANS and held not in exchange_plan.BLOCKS

@@ -1,6 +1,7 @@
 """Model mode's resident exchange plan, built by the workers: each part's lists for every layer, made by the
-worker that runs the part from the owners and the layers' patterns it reads from the store. The client holds the
-owners and the exchange's counts (an :class:`~dasknn.plan.Outline`), never a layer."""
+worker that runs the part from the owners and the layers it reads from the store, with the part's blocks of those
+layers (read once: the part's weights task takes them). The client holds the owners and the exchange's counts
+(an :class:`~dasknn.plan.Outline`), never a layer."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import DasknnError
-from ..plan import Outline, PartLayer, needed_inputs
+from ..plan import Outline, PartLayer, local_block, needed_inputs
 from ..runtime.graph import PinnedGraph
 from ..runtime.recovery import watch
 from ..store import open_store
@@ -47,15 +48,27 @@ def part_plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, parts
 #: then leaves that task waiting for it (the run raises WorkersLost), never depending on data already dropped.
 PLANS: dict[tuple[str, int, int], list[PartLayer]] = {}
 
+#: Per worker process: each part's blocks of every layer (:func:`~dasknn.plan.local_block`, the store's dtype),
+#: made by :func:`plan_part` from the layers it read for the plan, by ``(run, group, part)``; the part's weights'
+#: task takes them (:func:`take_blocks`) so that the worker reads each layer once.
+BLOCKS: dict[tuple[str, int, int], list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+
 
 def plan_part(path: str, owners: np.ndarray, parts: int, held: tuple[str, int, int]) -> np.ndarray:
     """Part ``held[2]``'s plan for every layer of the network stored at ``path`` (a task on the part's worker),
-    kept in :data:`PLANS` under ``held``; returns its counts (:func:`send_counts`)."""
+    kept in :data:`PLANS` under ``held`` with the part's blocks in :data:`BLOCKS`; returns its counts
+    (:func:`send_counts`)."""
     store = open_store(path, check="lazy")  # the client has checked the store's metadata
     q = held[2]
-    PLANS[held] = [part_plan_layer(store.layer(k), owners[k - 1], owners[k], parts, q)
-                   for k in range(1, store.depth + 1)]
-    return send_counts(PLANS[held], parts)
+    plans, blocks = [], []
+    rows = int(np.count_nonzero(owners[0] == q))  # layer 1 reads the part's input pixels
+    for k in range(1, store.depth + 1):
+        w = store.layer(k)
+        plans.append(part_plan_layer(w, owners[k - 1], owners[k], parts, q))
+        blocks.append(local_block(w, plans[-1], rows))
+        rows = plans[-1].outputs.size
+    PLANS[held], BLOCKS[held] = plans, blocks
+    return send_counts(plans, parts)
 
 
 def held_plan(held: tuple[str, int, int]) -> list[PartLayer]:
@@ -66,10 +79,18 @@ def held_plan(held: tuple[str, int, int]) -> list[PartLayer]:
     return PLANS[held]
 
 
+def take_blocks(held: tuple[str, int, int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """The part's blocks :func:`plan_part` kept on this worker under ``held``, no longer kept (the weights' task
+    holds them as it needs them); None when they were taken already."""
+    return BLOCKS.pop(held, None)
+
+
 def drop_plans(run: str) -> None:
-    """Forget the plans of ``run`` kept on this worker."""
+    """Forget the plans of ``run`` kept on this worker (and the blocks no task took)."""
     for held in [h for h in PLANS if h[0] == run]:
         del PLANS[held]
+    for held in [h for h in BLOCKS if h[0] == run]:
+        del BLOCKS[held]
 
 
 def send_counts(part: list[PartLayer], parts: int) -> np.ndarray:

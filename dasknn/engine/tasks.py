@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from .. import kernels
 from ..errors import DasknnError
 from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
-from .exchange_plan import drop_plans, held_plan
+from .exchange_plan import drop_plans, held_plan, take_blocks
 from .inputs import load_images
 from ..store import (
     LayerStream,
@@ -91,16 +91,25 @@ def load_part_layers(path: str, part: list[PartLayer] | tuple[str, int, int], fi
                      backend: str) -> list[tuple[PartLayer, Block]]:
     # model mode: only this part's columns of each layer, indexed into the rows it reads (its previous block,
     # then the received rows), kept beside the part's plan so the per-layer tasks carry no arrays of their own.
-    # part: its plan, or where this worker keeps the plan it made (exchange_plan.plan_part)
-    part = part if isinstance(part, list) else held_plan(part)
-    store = open_store(path, check="metadata")
-    out = []
-    rows = first_rows
-    for k, pl in enumerate(part, start=1):
-        block = local_block(store.layer(k), pl, rows)
-        out.append((pl, tuple(kernels.to_device(a, backend) for a in (block[0], block[1], block[2].astype(dtype)))))
-        rows = pl.outputs.size
-    return out
+    # part: its plan, or where this worker keeps the plan it made (exchange_plan.plan_part) with the part's
+    # blocks, made from the layers it read then; read from the store only when they are not kept
+    blocks = None
+    if not isinstance(part, list):
+        part, kept = held_plan(part), take_blocks(part)
+        blocks = None if kept is None else _drain(kept)
+    if blocks is None:
+        store = open_store(path, check="metadata")
+        rows = [first_rows] + [pl.outputs.size for pl in part[:-1]]
+        blocks = (local_block(store.layer(k), pl, n) for k, (pl, n) in enumerate(zip(part, rows), start=1))
+    return [(pl, tuple(kernels.to_device(a, backend) for a in (block[0], block[1], block[2].astype(dtype))))
+            for pl, block in zip(part, blocks)]
+
+
+def _drain(blocks: list[Block]):
+    # the blocks in order, each let go as it is taken: a kept block leaves memory once its copy is made
+    for i in range(len(blocks)):
+        block, blocks[i] = blocks[i], None
+        yield block
 
 
 #: Per worker process: the open streams, by spec.
