@@ -110,7 +110,9 @@ def _owned(row: np.ndarray, q: int) -> np.ndarray:
 def needed_inputs(w: sp.csc_matrix, outputs: np.ndarray) -> np.ndarray:
     """Sorted input neurons with a nonzero in any of the ``outputs`` columns of ``w``."""
     cols = w[:, outputs] if outputs.size else w[:, :0]
-    return np.unique(cols.indices).astype(np.int64)
+    used = np.zeros(w.shape[0], dtype=bool)  # a mark per input: linear, where a sort of the entries is not
+    used[cols.indices] = True
+    return np.flatnonzero(used).astype(np.int64)
 
 
 def plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, parts: int) -> list[PartLayer]:
@@ -168,7 +170,9 @@ def local_block(w: sp.csc_matrix, pl: PartLayer, block_rows: int) -> tuple[np.nd
         dst = pl.recv[p]
         where[dst] = base + np.arange(dst.size)
         base += dst.size
-    indices = where[np.searchsorted(pl.inputs, cols.indices)].astype(np.int32)
+    row_of = np.zeros(w.shape[0], dtype=np.int64)  # input neuron -> row read: a lookup, not a search per entry
+    row_of[pl.inputs] = where
+    indices = row_of[cols.indices].astype(np.int32)
     return cols.indptr.astype(np.int64), indices, cols.data
 
 
