@@ -169,3 +169,19 @@ def test_messages_round_trip_in_their_smallest_form(density, constant, columns, 
         assert int(compact[0][2]) == kernels.DENSE  # a bitmap would only add to it
     else:
         assert kernels.message_bytes(compact) == bitmap + 24 + nnz * block.itemsize
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("images", [5, 16, 40])  # within one tile of 16, at it, and across three
+@pytest.mark.parametrize("received", [0, 9])
+def test_layer_step_across_tiles_with_received_rows(monkeypatch, dtype, images, received):
+    # every path of the single step: the batch as its own tile, a packed tile, packed tiles copied into place
+    monkeypatch.setattr(cpu, "TILE_BYTES", 1)  # tiles of 16 images
+    rng = np.random.default_rng(images + received)
+    own, outputs = 30, 21
+    w = _random_block(rng, own + received, outputs, 0.3, True).astype(dtype)
+    x = ((rng.random((own + received, images)) < 0.6) * rng.random((own + received, images)) * 9).astype(dtype)
+    got = kernels.layer_step(np.ascontiguousarray(x[:own]), w.indptr, w.indices, w.data, -0.3, 4.0,
+                             extra=np.ascontiguousarray(x[own:]) if received else None)
+    want = reference.infer([w], sp.csr_matrix(x.T), -0.3, 4.0, dtype).toarray().T
+    np.testing.assert_array_equal(got, want)

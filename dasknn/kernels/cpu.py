@@ -90,17 +90,23 @@ def _pack_tile(yt, extra, split, rows, b0, t, buf):  # pragma: no cover - compil
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _layer_step_numba(yt, extra, split, rows, indptr, indices, data, bias, ymax, out, tile):  # pragma: no cover
-    buf = np.empty((rows, tile), dtype=yt.dtype)
-    sums = np.empty((out.shape[0], tile), dtype=yt.dtype)
-    live = np.empty(tile, dtype=np.bool_)
     nb = yt.shape[1]
+    live = np.empty(min(tile, nb), dtype=np.bool_)
+    if nb <= tile and rows == split:
+        # one tile, no received rows: yt already is a contiguous tile (a training batch, a small chunk)
+        _sum_tile(yt, out, nb, indptr, indices, data, bias, ymax, live)
+        return
+    # buffers no wider than the batch: a fresh megabyte per call costs page faults a small batch notices
+    buf = np.empty((rows, min(tile, nb)), dtype=yt.dtype)
+    sums = out if nb <= tile else np.empty((out.shape[0], tile), dtype=yt.dtype)
     for b0 in range(0, nb, tile):
         t = min(tile, nb - b0)
         _pack_tile(yt, extra, split, rows, b0, t, buf)
         _sum_tile(buf, sums, t, indptr, indices, data, bias, ymax, live)
-        for j in range(out.shape[0]):
-            for b in range(t):
-                out[j, b0 + b] = sums[j, b]
+        if nb > tile:  # the sums go to the tile's columns of out (written in place they ran slower)
+            for j in range(out.shape[0]):
+                for b in range(t):
+                    out[j, b0 + b] = sums[j, b]
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -127,6 +133,7 @@ def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, bias, 
     rows = yt.shape[0]
     for k in range(layers):
         rows = max(rows, ptr_starts[k + 1] - ptr_starts[k] - 1)
+    tile = min(tile, yt.shape[1])  # no buffer wider than the batch
     src = np.empty((rows, tile), dtype=yt.dtype)
     dst = np.empty((rows, tile), dtype=yt.dtype)
     live = np.empty(tile, dtype=np.bool_)
