@@ -115,20 +115,27 @@ def needed_inputs(w: sp.csc_matrix, outputs: np.ndarray) -> np.ndarray:
     return np.flatnonzero(used).astype(np.int64)
 
 
+def part_inputs(w: sp.csc_matrix, before: np.ndarray, after: np.ndarray, q: int,
+                prev_block: np.ndarray | None = None) -> PartLayer:
+    """Part ``q``'s :class:`PartLayer` for layer ``w`` without its send lists: its outputs, the inputs they
+    read, which of those its previous block holds (``prev_block``: the neurons ``before`` gives it) and which
+    it receives from each other part."""
+    prev_block = _owned(before, q) if prev_block is None else prev_block
+    outputs = _owned(after, q)
+    need = needed_inputs(w, outputs)
+    holder = before[need]
+    mine = holder == q
+    local = (np.flatnonzero(mine), np.searchsorted(prev_block, need[mine]))
+    recv = {int(p): np.flatnonzero(holder == p) for p in np.unique(holder[~mine])}
+    return PartLayer(outputs=outputs, inputs=need, local=local, recv=recv)
+
+
 def plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, parts: int) -> list[PartLayer]:
     """Every part's :class:`PartLayer` for one layer ``w``, from the owners of its inputs (``before``, row
     ``k - 1`` of the owners array) and of its outputs (``after``, row ``k``)."""
     w = sp.csc_matrix(w)
     prev_out = [_owned(before, q) for q in range(parts)]
-    row: list[PartLayer] = []
-    for q in range(parts):
-        outputs = _owned(after, q)
-        need = needed_inputs(w, outputs)
-        holder = before[need]
-        mine = holder == q
-        local = (np.flatnonzero(mine), np.searchsorted(prev_out[q], need[mine]))
-        recv = {int(p): np.flatnonzero(holder == p) for p in np.unique(holder[~mine])}
-        row.append(PartLayer(outputs=outputs, inputs=need, local=local, recv=recv))
+    row = [part_inputs(w, before, after, q, prev_out[q]) for q in range(parts)]
     for q, pl in enumerate(row):
         for p, dst in pl.recv.items():
             # part p sends, in q's order, the rows of its previous block that hold those inputs

@@ -9,7 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import DasknnError
-from ..plan import Outline, PartLayer, local_block, needed_inputs
+from ..plan import Outline, PartLayer, local_block, part_inputs
 from ..runtime.graph import PinnedGraph
 from ..runtime.recovery import watch
 from ..store import open_store
@@ -25,22 +25,16 @@ def part_plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, parts
     """
     w = sp.csc_matrix(w)
     mine_before = np.flatnonzero(before == q).astype(np.int64)  # the rows of the part's previous block
-    outputs = np.flatnonzero(after == q).astype(np.int64)
-    need = needed_inputs(w, outputs)
-    holder = before[need]
-    mine = holder == q
-    local = (np.flatnonzero(mine), np.searchsorted(mine_before, need[mine]))
-    recv = {int(p): np.flatnonzero(holder == p) for p in np.unique(holder[~mine])}
+    pl = part_inputs(w, before, after, q, mine_before)
     # which of this part's inputs each part reads: one pass over the entries whose input this part holds
     cols = np.repeat(np.arange(w.shape[1], dtype=np.int64), np.diff(w.indptr))
     held = before[w.indices] == q
     read = np.zeros((parts, w.shape[0]), dtype=bool)
     read[after[cols[held]], w.indices[held]] = True
     read[q] = False
-    send = {}
     for r in np.flatnonzero(read.any(axis=1)):
-        send[int(r)] = np.searchsorted(mine_before, np.flatnonzero(read[r]))
-    return PartLayer(outputs=outputs, inputs=need, local=local, recv=recv, send=send)
+        pl.send[int(r)] = np.searchsorted(mine_before, np.flatnonzero(read[r]))
+    return pl
 
 
 #: Per worker process: each part's plan, made by :func:`plan_part` and kept by the worker until its run ends, by
