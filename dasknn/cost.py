@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from . import kernels
 from .modes import mode_of
@@ -172,10 +171,7 @@ def _sample(inputs: Any, width: int, dtype: np.dtype) -> np.ndarray:
         return kernels.dense_transposed(open_inputs(inputs).rows(0, width), dtype)
     if getattr(inputs, "format", None) not in (None, "csr"):
         inputs = inputs.tocsr()  # a sparse format without row slices (COO)
-    rows = inputs[:width]
-    if type(rows).__module__.startswith("cupy"):
-        rows = rows.get()  # a CuPy array or a cupyx sparse matrix: its host copy (the probe runs on the CPU)
-    return kernels.dense_transposed(sp.csr_matrix(rows), dtype)
+    return kernels.activations_of_rows(inputs[:width], dtype)  # on the host: the probe runs on the CPU
 
 
 def _warm_up(yt: np.ndarray, layer: tuple, store) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
 from .. import kernels
 from ..store import open_inputs
@@ -96,11 +95,5 @@ def stored_source(path: str) -> InputSource:
 def load_images(spec: RowsSpec, data, start: int, stop: int, rows: np.ndarray | None, dtype: str, backend: str):
     """On a worker: images ``start:stop`` as the kernels' dense ``neurons x images`` block (only the neurons
     ``rows`` in model mode), on the backend's device."""
-    block = spec.rows(data, start, stop)
-    if type(block).__module__.startswith("cupy"):
-        block = block.get()  # a CuPy array, or a cupyx.scipy.sparse matrix: the host copy
-    if sp.issparse(block):
-        yt = kernels.dense_transposed(sp.csr_matrix(block), np.dtype(dtype))
-    else:
-        yt = np.ascontiguousarray(np.asarray(block, dtype=dtype).T)
+    yt = kernels.activations_of_rows(spec.rows(data, start, stop), np.dtype(dtype))
     return kernels.to_device(yt if rows is None else np.ascontiguousarray(yt[rows]), backend)

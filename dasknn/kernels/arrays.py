@@ -43,3 +43,15 @@ def dense_transposed(rows_csr, dtype) -> np.ndarray:
     coo = rows_csr.tocoo()
     out[coo.col, coo.row] = coo.data
     return out
+
+
+def activations_of_rows(block, dtype) -> np.ndarray:
+    """Images in memory (rows: a NumPy array, a ``scipy.sparse`` matrix, or their CuPy counterparts) as the
+    kernels' dense ``N x B`` activations on the host."""
+    import scipy.sparse as sp
+
+    if type(block).__module__.startswith("cupy"):
+        block = block.get()  # a CuPy array, or a cupyx.scipy.sparse matrix: the host copy
+    if sp.issparse(block):
+        return dense_transposed(sp.csr_matrix(block), dtype)
+    return np.ascontiguousarray(np.asarray(block, dtype=dtype).T)
