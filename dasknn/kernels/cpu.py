@@ -124,15 +124,12 @@ def _squeeze(buf, rows, t, live, ids):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, bias, ymax, tile, out,
+def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, bias, ymax, rows, tile, out,
                out_ids):  # pragma: no cover - compiled
     # every tile of yt's images through the group's layers (layer l: indptrs[ptr_starts[l]:ptr_starts[l + 1]],
     # its entries from entry_starts[l]), its dead images squeezed out after each layer; the survivors go to
-    # out / out_ids in tile order. Returns how many survived.
+    # out / out_ids in tile order; rows: the most any layer's input or output has. Returns how many survived.
     layers = ptr_starts.size - 1
-    rows = yt.shape[0]
-    for k in range(layers):
-        rows = max(rows, ptr_starts[k + 1] - ptr_starts[k] - 1)
     tile = min(tile, yt.shape[1])  # no buffer wider than the batch
     src = np.empty((rows, tile), dtype=yt.dtype)
     dst = np.empty((rows, tile), dtype=yt.dtype)
@@ -240,7 +237,7 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
         out = np.empty((group[-1][0].size - 1, yt.shape[1]), dtype=dtype)
         out_ids = np.empty_like(ids)
         survivors = _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, dtype.type(bias),
-                               dtype.type(ymax), tile_for(rows, dtype.itemsize), out, out_ids)
+                               dtype.type(ymax), rows, tile_for(rows, dtype.itemsize), out, out_ids)
         yt, ids = out[:, :survivors], out_ids[:survivors]
         if survivors == 0:
             break
