@@ -55,7 +55,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         tmp = out.with_name(f".{out.name}.partial.npy")
-        np.save(tmp, owners, allow_pickle=False)
+        np.save(tmp, owners.astype(np.int32, copy=False), allow_pickle=False)  # as documented, however computed
         os.replace(tmp, out)
     if is_store(args.network):
         # kept with the network, so inference and training reuse it

@@ -312,7 +312,9 @@ class _Layered:
             nets.append(_row_nets(self.csr(r - 1), 0, 0, heads=n + owners[r - 1].astype(np.int64)))
         if use_next and r < self.L:  # layer r + 1: input i (of row r) and the hubs of the parts its outputs own
             csr = self.csr(r)
-            hubs = sp.csr_matrix((np.ones(csr.nnz, np.int8), owners[r + 1][csr.indices], csr.indptr), shape=(n, k))
+            # (its own pointers: summing duplicates rewrites them in place, and the layer's CSR is kept for reuse)
+            hubs = sp.csr_matrix((np.ones(csr.nnz, np.int8), owners[r + 1][csr.indices], csr.indptr.copy()),
+                                 shape=(n, k))
             hubs.sum_duplicates()  # one pin per part
             nets.append(_row_nets(hubs, 0, n))
         flat, ptr = _concat_nets(nets)

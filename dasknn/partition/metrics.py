@@ -264,16 +264,23 @@ def partition_report(
     """
     ws = _as_layers(layers)
     o, k = _owners_for(ws, owners, parts)
-    sends = part_sends(ws, o, parts=k)
+    return report_of(method, k, int(ws[0].shape[0]), part_sends(ws, o, parts=k), layer_imbalance(ws, o, parts=k),
+                     seconds)
+
+
+def report_of(method: str, parts: int, neurons: int, sends: np.ndarray, imbalance: np.ndarray,
+              seconds: float) -> dict[str, Any]:
+    """:func:`partition_report` from per-layer figures (what each worker computes for its own layers on a
+    cluster): ``sends`` as :func:`part_sends` gives them (layers x parts), ``imbalance`` as :func:`layer_imbalance`."""
     vol = sends.sum(axis=1)
     return {
         "method": str(method),
-        "parts": k,
-        "layers": len(ws),
-        "neurons": int(ws[0].shape[0]),
+        "parts": int(parts),
+        "layers": int(sends.shape[0]),
+        "neurons": int(neurons),
         "volume_total": int(vol.sum()),
         "volume_per_layer": [int(v) for v in vol],
         "max_part_send": int(sends.sum(axis=0).max()),
-        "imbalance_max": float(layer_imbalance(ws, o, parts=k).max()),
+        "imbalance_max": float(imbalance.max()),
         "seconds": float(seconds),
     }

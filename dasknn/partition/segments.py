@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 
 from .fast import fast, refine_rows
+from .hypergraph import _Layered
 
 #: Rows refined on each side of a seam after stitching.
 SEAM_ROWS = 2
@@ -66,6 +67,44 @@ def stitch(previous_last: np.ndarray, segment: np.ndarray, parts: int) -> np.nda
     out = match_parts(previous_last, segment[0], parts)[segment]
     out[0] = previous_last
     return out
+
+
+def relabel_chain(firsts: Sequence[np.ndarray], lasts: Sequence[np.ndarray], parts: int) -> list[np.ndarray]:
+    """Each segment's relabelling so that it agrees with the segment before it, from their end rows only.
+
+    Parameters
+    ----------
+    firsts, lasts
+        Each segment's own first and last rows of owners, as it partitioned them (segment ``s``'s last row and
+        segment ``s + 1``'s first row are the same neurons).
+    parts
+        Number of parts.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        ``relabel[s]`` for every segment (the first's is the identity): ``relabel[s][owners]`` are segment
+        ``s``'s owners in the first segment's labels.
+    """
+    chain = [np.arange(parts, dtype=np.int32)]
+    for s in range(1, len(firsts)):
+        chain.append(match_parts(chain[-1][lasts[s - 1]], firsts[s], parts))
+    return chain
+
+
+def refine_window(ws: Sequence[sp.csc_matrix], owners: np.ndarray, parts: int, eps: float, seed: int,
+                  method: str, preset: str = "default") -> None:
+    """Refine rows ``1 .. L - 1`` of a window of rows around a seam, in place, its first and last rows fixed.
+
+    ``ws`` are the window's ``L`` layers and ``owners`` its ``L + 1`` rows. ``hypergraph`` re-partitions each row
+    with Mt-KaHyPar and keeps it where that sends less (:meth:`~.hypergraph._Layered.sweep`); ``fast`` moves
+    neurons by label propagation (:func:`~.fast.refine_rows`).
+    """
+    rows = list(range(1, len(ws)))
+    if method == "hypergraph":
+        _Layered(ws, parts, eps, seed, preset, lean=True).sweep(owners, rows)
+    else:
+        refine_rows(ws, owners, rows, parts, eps, seed)
 
 
 def bounds(layers: int, segments: int) -> list[tuple[int, int]]:

@@ -139,11 +139,13 @@ def write_network(
 
 
 class _StoreLayers(Sequence):
-    def __init__(self, store: NetworkStore):
+    def __init__(self, store: NetworkStore, first: int = 1, last: int | None = None):
         self.store = store
+        self.first = first  # [0] reads layer ``first``
+        self.count = (store.depth if last is None else last) - first + 1
 
     def __len__(self) -> int:
-        return self.store.depth
+        return self.count
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
@@ -151,7 +153,7 @@ class _StoreLayers(Sequence):
         k = int(i) + 1 if i >= 0 else len(self) + int(i) + 1
         if not 1 <= k <= len(self):
             raise IndexError(i)  # how a Sequence's iteration ends
-        return self.store.layer(k)
+        return self.store.layer(self.first + k - 1)
 
 
 class NetworkStore:
@@ -222,9 +224,13 @@ class NetworkStore:
         """Read every layer into an in-memory :class:`~dasknn.network.Network`."""
         return Network(list(self.iter_layers()), self.bias, self.ymax, source=str(self.path))
 
-    def lazy_layers(self) -> Sequence[sp.csc_matrix]:
-        """The layers as a sequence that reads each one when it is indexed (``[k - 1]`` reads layer k)."""
-        return _StoreLayers(self)
+    def lazy_layers(self, first: int = 1, last: int | None = None) -> Sequence[sp.csc_matrix]:
+        """Layers ``first .. last`` (1-based, inclusive; default all) as a sequence that reads each one when it is
+        indexed (``[k - first]`` reads layer k)."""
+        last = self.depth if last is None else last
+        if not 1 <= first <= last <= self.depth:
+            raise DasknnError(f"layers {first}..{last} are outside 1..{self.depth}", self.path)
+        return _StoreLayers(self, first, last)
 
     def partition_layers(self) -> Sequence[sp.csc_matrix]:
         """The layers as partitioning reads them: in memory when the network is small (up to

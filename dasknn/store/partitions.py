@@ -13,6 +13,10 @@ import zarr
 from ..errors import DasknnError
 from .common import WRITE_ALL, check_array, codecs, has_group, is_url, location
 
+#: Owners per chunk of a saved partition (``int32``: 16 MB), so a large partition is written and read in pieces.
+PARTITION_CHUNK_CELLS = 1 << 22
+
+
 def partition_name(method: str, parts: int, seed: int = 0, epsilon: float = 0.03) -> str:
     """The name a computed partition is saved under in a store."""
     return f"{method}-k{parts}-s{seed}-e{epsilon:g}"
@@ -56,9 +60,11 @@ def _write_group(root, group: str, owners: np.ndarray, attrs: dict) -> None:
     if group in root:
         del root[group]
     g = root.require_group(group)
-    arr = g.create_array("owners", shape=owners.shape, chunks=owners.shape, dtype=np.int32, compressors=codecs(),
-                         config=WRITE_ALL)
-    arr[:] = owners.astype(np.int32)
+    rows = max(1, min(owners.shape[0], PARTITION_CHUNK_CELLS // max(1, owners.shape[1])))
+    arr = g.create_array("owners", shape=owners.shape, chunks=(rows, owners.shape[1]), dtype=np.int32,
+                         compressors=codecs(), config=WRITE_ALL)
+    for start in range(0, owners.shape[0], rows):  # a chunk at a time: never a whole int32 copy of a large one
+        arr[start:start + rows] = owners[start:start + rows].astype(np.int32)
     g.attrs.update(attrs)  # last: what has no "complete" is never loaded
 
 
