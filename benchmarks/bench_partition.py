@@ -15,6 +15,7 @@ Usage::
     python benchmarks/bench_partition.py --parts 16 --methods random hypergraph --plot bench-out/p16.png
     python benchmarks/bench_partition.py --parts 16 --methods random hypergraph fast fast-segments --generated 16384 \
         --generated-methods random hypergraph fast fast-segments --generated-layers 120
+    python benchmarks/bench_partition.py --on-cluster 65536 1920 --parts 2 16   # on 2 workers of 2 GB (issue 16)
 
 The machine matters: timings in BENCHMARKS.md come from a shared 2-core box and are noisy.
 """
@@ -106,6 +107,54 @@ def auto_against_data(neurons: int, layers: int, images: int, memory: str) -> No
                   f"{r.get('partition_seconds', 0):.1f} | {r['plan_seconds']:.1f} | {told} |", flush=True)
 
 
+def _peak_rss(proc) -> tuple[float, float]:
+    """Poll a running process until it ends: its own peak resident bytes and the largest of its descendants'
+    (a local cluster's workers)."""
+    import psutil
+
+    top = psutil.Process(proc.pid)
+    own = others = 0.0
+    while proc.poll() is None:
+        try:
+            own = max(own, top.memory_info().rss)
+            for child in top.children(recursive=True):
+                others = max(others, child.memory_info().rss)
+        except psutil.Error:  # a process ended between listing and reading it
+            pass
+        time.sleep(0.2)
+    return own, others
+
+
+def on_cluster(neurons: int, layers: int, parts: list[int], memory: str, store_dir: str) -> None:
+    """``dasknn partition --workers 2`` on a generated store (made once, kept in ``store_dir``), per K: wall time,
+    the partition's figures, the client's peak memory and the largest worker's."""
+    import subprocess
+
+    store = Path(store_dir) / f"n{neurons}-l{layers}.zarr"
+    if not store.exists():
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "dasknn", "generate", "--neurons", str(neurons), "--layers",
+                        str(layers), "--out", str(store)], check=True, capture_output=True)
+        print(f"# generated {store} in {time.perf_counter() - t0:.1f} s")
+    print(f"| network | K | wall s | partition s | volume | worst imbalance | client peak GB | worker peak GB "
+          f"(limit {memory}) |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|")
+    for k in parts:
+        cmd = [sys.executable, "-m", "dasknn", "partition", str(store), "--parts", str(k), "--workers", "2",
+               "--memory-limit", memory, "--json"]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        own, worker = _peak_rss(proc)
+        out, err = proc.communicate()
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            print(f"# K = {k} failed: {err.strip()[-400:]}")
+            continue
+        r = json.loads(out)
+        print(f"| {neurons} x {layers} | {k} | {wall:.1f} | {r['seconds']:.1f} | {r['volume_total']:,} | "
+              f"{r['imbalance_max']:.2%} | {own / 1e9:.2f} | {worker / 1e9:.2f} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(DATA), help="the challenge network (.tar.gz or directory)")
@@ -123,11 +172,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plot", default="bench-out/partition-n1024-k16.png")
     ap.add_argument("--auto-vs-data", type=int, nargs=3, metavar=("N", "LAYERS", "IMAGES"),
                     help="only: default dasknn infer against --mode data on a fresh generated store (2 workers)")
-    ap.add_argument("--memory-limit", default="600MB", help="with --auto-vs-data: each worker's memory limit")
+    ap.add_argument("--memory-limit", default=None,
+                    help="each worker's memory limit (default 600MB with --auto-vs-data, 2GB with --on-cluster)")
+    ap.add_argument("--on-cluster", type=int, nargs=2, metavar=("N", "LAYERS"),
+                    help="only: dasknn partition --workers 2 on a generated store, for each of --parts")
+    ap.add_argument("--store-dir", default="bench-out", help="with --on-cluster: where the generated store is kept")
     args = ap.parse_args(argv)
+    if args.on_cluster:
+        print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs")
+        on_cluster(*args.on_cluster, args.parts, args.memory_limit or "2GB", args.store_dir)
+        return
     if args.auto_vs_data:
         print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs")
-        auto_against_data(*args.auto_vs_data, args.memory_limit)
+        auto_against_data(*args.auto_vs_data, args.memory_limit or "600MB")
         return
 
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -102,12 +102,15 @@ PARTITION_RATES = {"hypergraph": 1.4e-7, "hypergraph-shared": 5.2e-7, "hypergrap
 PLAN_RATE = 3.8e-7
 
 
-def setup_seconds(entries: int, parts: int, method: str | None, plan: bool, workers: int = 1) -> float:
+def setup_seconds(entries: int, parts: int, method: str | None, plan: bool, workers: int = 1,
+                  segments: int = 1) -> float:
     """Predicted one-time setup of model mode: computing a partition by ``method`` (None: one is already there)
-    of a network of ``entries`` layer entries into ``parts`` parts, and making its plan (``plan``) on ``workers``."""
+    of a network of ``entries`` layer entries into ``parts`` parts, in ``segments`` segments at once on the cluster
+    (:func:`~dasknn.partition.cluster.segment_count`), and making its plan (``plan``) on ``workers``."""
     seconds = 0.0
     if method is not None:
-        seconds += PARTITION_RATES.get(method, PARTITION_RATES["hypergraph"]) * entries * max(1.0, np.log2(parts))
+        seconds += (PARTITION_RATES.get(method, PARTITION_RATES["hypergraph"]) * entries * max(1.0, np.log2(parts))
+                    / max(1, segments))
     if plan:
         seconds += PLAN_RATE * entries / max(1, workers)
     return float(seconds)

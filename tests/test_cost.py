@@ -258,3 +258,11 @@ def test_loop_multiply_adds_count_only_the_images_alive_at_each_layer():
     yt = np.full((2, 5), 4.0)
     assert cost._loop_macs(yt, [keep, keep, kill, keep], Rule) == 2 * 5 + 2 * 5 + 0 * 5
     assert kernels.alive(kernels.layer_step(yt, *kill, -0.3, 32.0)).sum() == 0
+
+
+def test_a_partition_in_segments_is_predicted_to_take_a_share_of_the_time():
+    one = cost.setup_seconds(10**9, 2, "hypergraph", False, 2)
+    assert cost.setup_seconds(10**9, 2, "hypergraph", False, 2, segments=2) == pytest.approx(one / 2)
+    # the plan is the workers' already, and a stored partition costs nothing however it was made
+    plan = cost.setup_seconds(10**9, 2, None, True, 2)
+    assert cost.setup_seconds(10**9, 2, None, True, 2, segments=4) == pytest.approx(plan)

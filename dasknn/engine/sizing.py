@@ -191,7 +191,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
                                                                  loop=True) / solo
             return model()
         volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res,
-                                                            data_seconds)
+                                                            data_seconds, memory)
         if window is None:  # the setup alone costs more than data mode: a lower bound, nothing computed
             return model(volumes, setup, source)
         # the probe's rate (one worker, the whole layer), scaled by how this mode's blocks run with every
@@ -208,11 +208,11 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
 
 
 def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,
-                       resident: bool, data_seconds: float) -> tuple:
+                       resident: bool, data_seconds: float, memory: float) -> tuple:
     # model mode's boundary entries per layer, the owners rows of the middle layer (None: not estimated), the
     # one-time setup still to pay, and where the volumes came from
     from ..cost import setup_seconds
-    from ..partition.cluster import sample_volumes
+    from ..partition.cluster import sample_volumes, segment_count
     from ..store import open_plan_store, plan_digest
 
     owners = stored_partition(path, partition, g)
@@ -226,7 +226,10 @@ def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, 
         volumes = np.array([layer_volumes([store.layer(k)], owners[k - 1:k + 1], parts=g)[0]
                             for k in range(1, store.depth + 1)], dtype=np.int64)
         return volumes, owners[middle - 1:middle + 1], setup, "partition"
-    setup = setup_seconds(store.edges, g, str(partition), True, len(workers))
+    # where a worker has the memory, the run partitions on the cluster, a segment per worker for a deep network
+    segments = segment_count(store.depth, store.edges, len(workers), str(partition)) \
+        if partition_fits_worker(store.neurons, memory) else 1
+    setup = setup_seconds(store.edges, g, str(partition), True, len(workers), segments)
     if setup >= data_seconds:
         return np.zeros(store.depth, dtype=np.int64), None, setup, "bound"
     # on the client: on a 65,536-wide network the sample's Mt-KaHyPar layer peaks at about 0.6 GB, more than a
