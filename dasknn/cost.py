@@ -82,8 +82,8 @@ class Prediction:
     #: included in ``seconds``
     setup_seconds: float = 0.0
     #: where model mode's exchange volumes came from: "partition" (the one the run would use), "sample" (a cheaper
-    #: partition of a few layers, scaled to the depth), "bound" (not estimated: the setup alone costs more than
-    #: data mode, so the exchange is left at 0 and the prediction is a lower bound); "" in data mode
+    #: partition of a few layers, scaled to the depth), "bound" (not estimated: the setup and data mode's compute
+    #: cost more than data mode, so the exchange is left at 0 and the prediction is a lower bound); "" in data mode
     volumes_from: str = ""
 
     def as_dict(self) -> dict:

@@ -108,3 +108,12 @@ def test_a_partition_is_saved_in_chunks_of_rows(deep_store, monkeypatch):
     import zarr
 
     assert zarr.open_group(deep_store, mode="r")["partitions/chunked/owners"].chunks == (4, 256)
+
+
+@pytest.mark.parametrize("segments", [1, 3])
+def test_the_client_sees_the_rows_the_workers_finish(client, deep_store, segments):
+    seen = []
+    PC.partition_on_cluster(client, str(deep_store), 2, "hypergraph", segments=segments,
+                            progress=lambda done, total: seen.append((done, total)))
+    assert seen and all(total == DEPTH + 1 and 0 <= done <= total for done, total in seen)
+    assert seen[-1] == (DEPTH + 1, DEPTH + 1)

@@ -30,10 +30,15 @@ def cmd_partition(args: argparse.Namespace) -> int:
         from ..partition.cluster import partition_on_cluster
 
         layers = None
-        with local_client(args.workers, args.threads_per_worker, args.scheduler,
-                          memory_limit=args.memory_limit or "auto", **tls_options(args)) as client:
-            owners, report = partition_on_cluster(client, str(args.network), args.parts, args.method, args.epsilon,
-                                                  args.seed)
+        rows = open_store(args.network, check="metadata").depth + 1
+        bar = Progress(rows, f"partition ({args.method}, K = {args.parts}, on the cluster)", not args.json)
+        try:
+            with local_client(args.workers, args.threads_per_worker, args.scheduler,
+                              memory_limit=args.memory_limit or "auto", **tls_options(args)) as client:
+                owners, report = partition_on_cluster(client, str(args.network), args.parts, args.method,
+                                                      args.epsilon, args.seed, progress=lambda done, _: bar.to(done))
+        finally:
+            bar.close()
         seconds = report["seconds"]
     else:
         if is_store(args.network):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cost import Prediction
 from ..errors import DasknnError
 from ..partition import layer_volumes
 from .owners import check_partition, stored_partition
@@ -165,7 +166,8 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     Predicting them never computes the run's partition: one already there (given, or kept in the store) is used;
     otherwise the exchange is estimated from a cheap partition of a few layers
     (:func:`~dasknn.partition.cluster.sample_volumes`), and the one-time setup (the partition, the plan) is added
-    to the mode's predicted time. Where that setup alone costs more than data mode, nothing is estimated.
+    to the mode's predicted time. Where that setup and data mode's own multiply-adds (which model mode does too)
+    already cost more than data mode, nothing is estimated.
     """
     from ..cost import Calibration, predict
 
@@ -175,7 +177,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     middle = max(1, store.depth // 2)
     solo = _kernel_rate(client, workers[:1], path, dtype, middle, None)
 
-    def one(g: int, data_seconds: float = float("inf")):
+    def one(g: int, data: Prediction | None = None):
         res = resident if resident is not None else weight_bytes / g <= WEIGHTS_SHARE * memory
         n_chunks = chunks or default_chunks(images, threads, len(workers), g, res)
 
@@ -190,8 +192,8 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
             cal.kernel_rates[1] = cal.kernel_rate * _kernel_rate(client, workers, path, dtype, middle, None,
                                                                  loop=True) / solo
             return model()
-        volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res,
-                                                            data_seconds, memory)
+        volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res, data,
+                                                            memory)
         if window is None:  # the setup alone costs more than data mode: a lower bound, nothing computed
             return model(volumes, setup, source)
         # the probe's rate (one worker, the whole layer), scaled by how this mode's blocks run with every
@@ -203,12 +205,12 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     data_suffices = out[0].resident and images >= threads and resident is not False
     if everything or not data_suffices:
         sizes = [group_size] if group_size else [g for g in range(2, len(workers) + 1) if len(workers) % g == 0]
-        out.extend(one(g, out[0].seconds) for g in sizes)
+        out.extend(one(g, out[0]) for g in sizes)
     return cal, out
 
 
 def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,
-                       resident: bool, data_seconds: float, memory: float) -> tuple:
+                       resident: bool, data: Prediction | None, memory: float) -> tuple:
     # model mode's boundary entries per layer, the owners rows of the middle layer (None: not estimated), the
     # one-time setup still to pay, and where the volumes came from
     from ..cost import setup_seconds
@@ -230,7 +232,9 @@ def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, 
     segments = segment_count(store.depth, store.edges, len(workers), str(partition)) \
         if partition_fits_worker(store.neurons, memory) else 1
     setup = setup_seconds(store.edges, g, str(partition), True, len(workers), segments)
-    if setup >= data_seconds:
+    # model mode does data mode's multiply-adds and more: where those and the setup already cost more than data
+    # mode, estimating the exchange could not change the choice
+    if data is not None and setup + data.compute >= data.seconds:
         return np.zeros(store.depth, dtype=np.int64), None, setup, "bound"
     # on the client: on a 65,536-wide network the sample's Mt-KaHyPar layer peaks at about 0.6 GB, more than a
     # small worker may hold (measured: 6.6 s for 3 layers on the 2-core VM)

@@ -10,7 +10,10 @@ smallest integer type that holds them and per-layer figures (:func:`~.metrics.re
 
 from __future__ import annotations
 
+import contextlib
 import time
+import uuid
+from collections.abc import Iterator
 from itertools import cycle
 
 import numpy as np
@@ -18,6 +21,7 @@ import numpy as np
 from ..errors import DasknnError
 from ..store import open_store
 from ..store.common import FULL_CHECK_ENTRIES
+from .hypergraph import ProgressFn
 from .methods import partition_network
 from .metrics import layer_imbalance, layer_volumes, part_sends, partition_report, report_of
 from .segments import SEAM_ROWS, bounds, refine_window, relabel_chain
@@ -75,25 +79,64 @@ def compact(owners: np.ndarray, parts: int) -> np.ndarray:
     return owners.astype(owner_dtype(parts), copy=False)
 
 
+def _reporter(topic: str | None, segment: int, rows: int) -> ProgressFn | None:
+    """On a worker: a ``progress(done, total)`` that logs how many of its ``rows`` a segment has done (its method's
+    passes in proportion) as an event of ``topic`` (:func:`_follow` shows them on the client)."""
+    if topic is None:
+        return None
+    from distributed import get_worker
+
+    worker = get_worker()
+    return lambda done, total: worker.log_event(topic, {"segment": segment, "done": done * rows // max(1, total)})
+
+
+@contextlib.contextmanager
+def _follow(client, progress: ProgressFn | None, rows: int) -> Iterator[str | None]:
+    """A topic the tasks log their rows to while the block runs, and ``progress(rows done, rows)`` as they do."""
+    if progress is None:
+        yield None
+        return
+    topic = f"dasknn-partition-{uuid.uuid4().hex}"
+    done: dict[int, int] = {}
+
+    def seen(event) -> None:
+        msg = event[1]
+        done[msg["segment"]] = msg["done"]
+        progress(min(rows, sum(done.values())), rows)  # (segments share their end rows)
+
+    client.subscribe_topic(topic, seen)
+    try:
+        yield topic
+    finally:
+        client.unsubscribe_topic(topic)
+    # the scheduler has every event of a finished task (a worker sends them before the task's end): the last count
+    for event in client.get_events(topic):
+        seen(event)
+
+
 def partition_task(path: str, parts: int, method: str, epsilon: float = 0.03, seed: int = 0,
-                   threads: int | None = None) -> tuple[np.ndarray, dict]:
+                   threads: int | None = None, topic: str | None = None) -> tuple[np.ndarray, dict]:
     """Partition the network stored at ``path`` on this worker (a task): its owners (:func:`compact`) and report.
 
     The worker reads the layers from the store (a layer or two at a time for a large network) and gives
-    Mt-KaHyPar ``threads`` threads (by default the CPUs it may use), so the client holds only the owners.
+    Mt-KaHyPar ``threads`` threads (by default the CPUs it may use), so the client holds only the owners. With
+    ``topic``, the rows done are logged as events of it.
     """
     layers = open_store(path, check="metadata").partition_layers()
     t0 = time.perf_counter()
-    owners = partition_network(layers, parts, method, epsilon=epsilon, seed=seed, threads=threads)
+    owners = partition_network(layers, parts, method, epsilon=epsilon, seed=seed, threads=threads,
+                               progress=_reporter(topic, 0, len(layers) + 1))
     seconds = time.perf_counter() - t0
     return compact(owners, parts), partition_report(layers, owners, method, seconds)
 
 
 def segment_task(path: str, a: int, b: int, parts: int, method: str, epsilon: float, seed: int,
-                 threads: int | None) -> np.ndarray:
-    """Partition layers ``a + 1 .. b`` on their own (a task): ``int32`` owners of rows ``a .. b``."""
+                 threads: int | None, topic: str | None = None) -> np.ndarray:
+    """Partition layers ``a + 1 .. b`` on their own (a task): ``int32`` owners of rows ``a .. b`` (rows done
+    logged as events of ``topic``)."""
     layers = open_store(path, check="metadata").lazy_layers(a + 1, b)
-    return partition_network(layers, parts, method, epsilon=epsilon, seed=seed, threads=threads)
+    return partition_network(layers, parts, method, epsilon=epsilon, seed=seed, threads=threads,
+                             progress=_reporter(topic, a, b - a + 1))
 
 
 def take_rows(owners: np.ndarray, start: int, stop: int | None) -> np.ndarray:
@@ -145,13 +188,14 @@ def segment_count(depth: int, edges: int, workers: int, method: str) -> int:
 
 
 def partition_on_cluster(client, path: str, parts: int, method: str, epsilon: float = 0.03, seed: int = 0,
-                         segments: int | None = None) -> tuple[np.ndarray, dict]:
+                         segments: int | None = None, progress: ProgressFn | None = None) -> tuple[np.ndarray, dict]:
     """Partition the network stored at ``path`` on ``client``'s cluster: its owners (:func:`compact`) and report.
 
     A large network is partitioned in segments, one per worker (:func:`segment_count`, the module docstring);
     otherwise :func:`partition_task` runs on the worker with the most threads, given all of them. ``segments``
     asks for that many segments instead (a :data:`SEGMENT_METHODS` method; at most one per
-    ``2 * SEAM_ROWS + 2`` layers, so that seams stay apart).
+    ``2 * SEAM_ROWS + 2`` layers, so that seams stay apart). ``progress(rows done, rows)`` is called on the
+    client as the workers finish rows of owners (a progress bar).
     """
     info = client.scheduler_info()["workers"]
     workers = sorted(info, key=lambda w: -info[w].get("nthreads", 1))
@@ -161,14 +205,22 @@ def partition_on_cluster(client, path: str, parts: int, method: str, epsilon: fl
     elif method not in SEGMENT_METHODS:
         raise DasknnError(f"the {method} method is not partitioned in segments; use one of {', '.join(SEGMENT_METHODS)}")
     segments = max(1, min(int(segments), store.depth // (2 * SEAM_ROWS + 2)))
-    if segments == 1 or parts == 1:
-        future = client.submit(partition_task, path, parts, method, epsilon, seed, info[workers[0]].get("nthreads", 1),
-                               workers=[workers[0]], allow_other_workers=True, pure=False)
-        return future.result()
+    with _follow(client, progress, store.depth + 1) as topic:
+        if segments == 1 or parts == 1:
+            future = client.submit(partition_task, path, parts, method, epsilon, seed,
+                                   info[workers[0]].get("nthreads", 1), topic, workers=[workers[0]],
+                                   allow_other_workers=True, pure=False)
+            return future.result()
+        return _in_segments(client, workers, info, store, path, parts, method, epsilon, seed, segments, topic)
+
+
+def _in_segments(client, workers: list[str], info: dict, store, path: str, parts: int, method: str, epsilon: float,
+                 seed: int, segments: int, topic: str | None) -> tuple[np.ndarray, dict]:
+    # see the module docstring
     t0 = time.perf_counter()
     spans = bounds(store.depth, segments)
     owned = [client.submit(segment_task, path, a, b, parts, method, epsilon, seed + 104729 * s,
-                           info[w].get("nthreads", 1), workers=[w], allow_other_workers=True, pure=False)
+                           info[w].get("nthreads", 1), topic, workers=[w], allow_other_workers=True, pure=False)
              for s, ((a, b), w) in enumerate(zip(spans, cycle(workers)))]
     ends = client.gather([client.submit(take_rows, f, i, i + 1 or None, pure=False) for f in owned for i in (0, -1)])
     chain = relabel_chain([r[0] for r in ends[0::2]], [r[0] for r in ends[1::2]], parts)
