@@ -87,12 +87,63 @@ def test_run_layers_drops_dead_images_and_matches_the_reference(dtype, images):
 
 def test_tiles_keep_inputs_in_cache_between_their_bounds():
     assert kernels.tile_for(1024) == 256 and kernels.tile_for(1024, 8) == 128
-    assert kernels.tile_for(64) == 4096 and kernels.tile_for(65536) == 16
-    for n in (1, 100, 1000, 3000, 70000):
+    assert kernels.tile_for(64) == 4096
+    # wide layers: rows of 1 KB whatever the width, buffers within TILE_MAX_BYTES
+    assert kernels.tile_for(65536) == 256 and kernels.tile_for(65536, 8) == 128
+    assert kernels.tile_for(1 << 20) == 16
+    for n in (1, 100, 1000, 3000, 70000, 300000):
         for itemsize in (4, 8):
             tile = kernels.tile_for(n, itemsize)
             assert 16 <= tile <= 4096 and tile % 16 == 0
-            assert tile == 16 or tile * n * itemsize <= cpu.TILE_BYTES
+            assert tile == 16 or tile * n * itemsize <= max(cpu.TILE_BYTES, cpu.ROW_BYTES * n)
+            assert tile == 16 or tile * n * itemsize <= cpu.TILE_MAX_BYTES
+            assert tile * itemsize >= cpu.ROW_BYTES or (tile + 16) * n * itemsize > cpu.TILE_MAX_BYTES
+
+
+def _twin_block(rng, inputs: int, sizes: list[int], entries: list[int]) -> sp.csc_matrix:
+    # columns in groups of twins (group g: sizes[g] columns on the same entries[g] inputs, each its own values),
+    # the groups' columns shuffled among each other, as RadiX-Net layers have them
+    cols = []
+    for size, n in zip(sizes, entries):
+        rows = np.sort(rng.choice(inputs, n, replace=False))
+        cols += [(rows, rng.choice([-1.0, 0.25, 1 / 16, 0.5, 2.0], n)) for _ in range(size)]
+    cols = [cols[i] for i in rng.permutation(len(cols))]
+    indptr = np.cumsum([0] + [len(r) for r, _ in cols])
+    indices = np.concatenate([r for r, _ in cols]).astype(np.int32)
+    data = np.concatenate([v for _, v in cols])
+    return sp.csc_matrix((data, indices, indptr), shape=(inputs, len(cols)))
+
+
+def test_twin_groups_gather_exactly_the_columns_with_the_same_inputs():
+    rng = np.random.default_rng(3)
+    w = _twin_block(rng, 50, [1, 2, 3, 4, 5, 9, 1, 6], [3, 3, 0, 4, 8, 1, 5, 32])
+    order, starts = cpu._twin_groups(w.indptr.astype(np.int64), w.indices)
+    assert sorted(order.tolist()) == list(range(w.shape[1]))  # a permutation of the columns
+    pattern = [tuple(w.indices[w.indptr[j]:w.indptr[j + 1]]) for j in range(w.shape[1])]
+    groups = [order[starts[g]:starts[g + 1]] for g in range(starts.size - 1)]
+    assert all(len(g) > 0 and list(g) == sorted(g) for g in groups)
+    assert all(len({pattern[j] for j in g}) == 1 for g in groups)  # twins only
+    assert len(groups) == len(set(pattern))  # all of them: one group per distinct pattern
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("images", [1, 17, 300])
+@pytest.mark.parametrize("entries", [1, 4, 7, 32])  # within, at and past a pass of four inputs
+def test_layer_step_on_twins_is_bit_equal_to_the_reference(dtype, images, entries):
+    # twins are summed four at a time (each input row read once for four outputs): every group size, remainders
+    # included, must give the reference's numbers to the bit, in each output's own entry order
+    rng = np.random.default_rng(images + entries)
+    w = _twin_block(rng, 96, [1, 3, 4, 5, 8, 11], [entries, entries, entries + 1, entries, max(0, entries - 1),
+                                                   entries]).astype(dtype)
+    x = ((rng.random((images, 96)) < 0.6) * rng.random((images, 96)) * 8).astype(dtype)
+    want = reference.layer_step(sp.csr_matrix(x), w, -0.3, 4.0).toarray().T
+    got = kernels.layer_step(np.ascontiguousarray(x.T), w.indptr, w.indices, w.data, -0.3, 4.0)
+    np.testing.assert_array_equal(got, want)
+    layers = [(w.indptr, w.indices, w.data)]
+    yt, ids = kernels.run_layers_numpy(np.ascontiguousarray(x.T), layers, -0.3, 4.0, np.arange(images))
+    alive = np.flatnonzero(want.any(axis=0))
+    np.testing.assert_array_equal(ids, alive)
+    np.testing.assert_array_equal(yt, want[:, alive])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -103,6 +154,7 @@ def test_layer_loop_across_tiles_and_groups_is_bit_equal_to_one_layer_at_a_time(
     # tiles run through groups of layers and squeeze dead images out as they go: every tile size and group
     # length must give exactly the activations and survivors of stepping layer by layer and then cutting
     monkeypatch.setattr(cpu, "TILE_BYTES", tile_bytes)
+    monkeypatch.setattr(cpu, "ROW_BYTES", 0)  # no floor on the tile's width: tiles as small as TILE_BYTES says
     monkeypatch.setattr(cpu, "GROUP_LAYERS", group_layers)
     rng = np.random.default_rng(group_layers)
     layers = [_random_block(rng, 64, 64, 0.12, k % 4 == 1).astype(dtype) for k in range(11)]
@@ -177,6 +229,7 @@ def test_messages_round_trip_in_their_smallest_form(density, constant, columns, 
 def test_layer_step_across_tiles_with_received_rows(monkeypatch, dtype, images, received):
     # every path of the single step: the batch as its own tile, a packed tile, packed tiles copied into place
     monkeypatch.setattr(cpu, "TILE_BYTES", 1)  # tiles of 16 images
+    monkeypatch.setattr(cpu, "ROW_BYTES", 0)
     rng = np.random.default_rng(images + received)
     own, outputs = 30, 21
     w = _random_block(rng, own + received, outputs, 0.3, True).astype(dtype)

@@ -12,6 +12,12 @@ contiguous buffer first. The loop over layers (:func:`run_layers_numpy`, data mo
 through a whole group of layers before the next tile starts, so its activations never leave L2 between layers,
 and its dead images are squeezed out inside the tile after every layer.
 
+Outputs with the same inputs in the same order (*twins*: a RadiX-Net layer is made of them, 16 to 32 outputs on
+each set of inputs) are summed four at a time (:func:`_twin_groups` finds them): each input row read feeds four
+outputs instead of one, which matters most where a wide layer's inputs come from L3 or memory, so a tile's rows
+are kept at least :data:`ROW_BYTES` long however wide the layer is. Clamping after the sums is branch-free, so it
+vectorises too.
+
 Every output sums its inputs left to right in the block's entry order, with a separately rounded multiply and add
 (no ``fastmath``): the results do not depend on the tiling or the unrolling, and float32 stays bit-equal to the
 reference.
@@ -27,6 +33,12 @@ import numpy as np
 
 #: Bytes a tile's inputs may take: half of this VM's 2 MB L2 per core, leaving room for the tile's outputs.
 TILE_BYTES = 1 << 20
+#: Bytes a tile's row of images takes at least, however wide the layer: reading an input row then streams 16
+#: cache lines, which the prefetcher follows, and the twins that share the row reuse it from L1 (a 65,536-wide
+#: layer in tiles of 16 images, its inputs out of L2 either way, ran at a quarter of the speed of tiles of 256).
+ROW_BYTES = 1 << 10
+#: Bytes one of a tile's buffers (its inputs, its outputs) may take at most, however wide the layer.
+TILE_MAX_BYTES = 1 << 26
 #: Layer entries gathered into one group of the layer loop: it bounds the memory a streamed group holds
 #: (about 12 bytes an entry) while a group of narrow layers stays long enough that tiles rarely refill.
 GROUP_ENTRIES = 1 << 21
@@ -36,45 +48,126 @@ GROUP_LAYERS = 16
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _sum_tile(src, dst, t, indptr, indices, data, bias, ymax, live):  # pragma: no cover - compiled
-    # dst[j, b] = h(sum_p data[p] * src[indices[p], b]) for the block's columns j and the tile's t images;
-    # live[b] is set when any output of image b is nonzero. Eight entries per pass cut the accumulator's loads
-    # and stores to a quarter of one per entry; the expression still adds left to right in entry order.
+def _twin_groups(indptr, indices):  # pragma: no cover - compiled
+    # the block's columns ordered so that twins (columns with the same inputs in the same order) are adjacent:
+    # returns (order, starts), group g being columns order[starts[g]:starts[g + 1]], ascending within a group
+    n = indptr.size - 1
+    keys = np.empty(n, dtype=np.uint64)
+    for j in range(n):
+        h = np.uint64(14695981039346656037) ^ np.uint64(indptr[j + 1] - indptr[j])
+        for p in range(indptr[j], indptr[j + 1]):
+            h = (h ^ np.uint64(indices[p])) * np.uint64(1099511628211)
+        keys[j] = h
+    order = np.argsort(keys, kind="mergesort")
+    starts = np.empty(n + 1, dtype=np.int64)
+    groups = 0
+    head = -1
+    for c in range(n):
+        j = order[c]
+        same = head >= 0 and keys[j] == keys[head] and indptr[j + 1] - indptr[j] == indptr[head + 1] - indptr[head]
+        if same:  # equal keys: compare the inputs themselves (a collision starts a group of its own)
+            a, b = indptr[j], indptr[head]
+            for q in range(indptr[j + 1] - a):
+                if indices[a + q] != indices[b + q]:
+                    same = False
+                    break
+        if not same:
+            starts[groups] = c
+            groups += 1
+            head = j
+    starts[groups] = n
+    return order, starts[:groups + 1]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _sum_four(src, dst, t, j0, j1, j2, j3, p0, p1, p2, p3, n, indices, data):  # pragma: no cover - compiled
+    # dst[jk, :t] = sum_q data[pk + q] * src[indices[p0 + q], :t] for four twins (the same n inputs): each input
+    # row read once feeds four outputs; each output still adds its terms left to right in entry order
+    zero = dst.dtype.type(0)
+    for b in range(t):
+        dst[j0, b] = zero
+        dst[j1, b] = zero
+        dst[j2, b] = zero
+        dst[j3, b] = zero
+    q = 0
+    while q + 4 <= n:
+        i0, i1, i2, i3 = indices[p0 + q], indices[p0 + q + 1], indices[p0 + q + 2], indices[p0 + q + 3]
+        a0, a1, a2, a3 = data[p0 + q], data[p0 + q + 1], data[p0 + q + 2], data[p0 + q + 3]
+        b0, b1, b2, b3 = data[p1 + q], data[p1 + q + 1], data[p1 + q + 2], data[p1 + q + 3]
+        c0, c1, c2, c3 = data[p2 + q], data[p2 + q + 1], data[p2 + q + 2], data[p2 + q + 3]
+        d0, d1, d2, d3 = data[p3 + q], data[p3 + q + 1], data[p3 + q + 2], data[p3 + q + 3]
+        for b in range(t):
+            s0, s1, s2, s3 = src[i0, b], src[i1, b], src[i2, b], src[i3, b]
+            dst[j0, b] = dst[j0, b] + s0 * a0 + s1 * a1 + s2 * a2 + s3 * a3
+            dst[j1, b] = dst[j1, b] + s0 * b0 + s1 * b1 + s2 * b2 + s3 * b3
+            dst[j2, b] = dst[j2, b] + s0 * c0 + s1 * c1 + s2 * c2 + s3 * c3
+            dst[j3, b] = dst[j3, b] + s0 * d0 + s1 * d1 + s2 * d2 + s3 * d3
+        q += 4
+    while q < n:
+        i0 = indices[p0 + q]
+        a0, b0, c0, d0 = data[p0 + q], data[p1 + q], data[p2 + q], data[p3 + q]
+        for b in range(t):
+            s0 = src[i0, b]
+            dst[j0, b] += s0 * a0
+            dst[j1, b] += s0 * b0
+            dst[j2, b] += s0 * c0
+            dst[j3, b] += s0 * d0
+        q += 1
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _sum_one(src, dst, t, j, p, end, indices, data):  # pragma: no cover - compiled
+    # dst[j, :t] = sum_p data[p] * src[indices[p], :t]; eight entries per pass cut the accumulator's loads and
+    # stores to a quarter of one per entry; the expression still adds left to right in entry order
+    zero = dst.dtype.type(0)
+    for b in range(t):
+        dst[j, b] = zero
+    while p + 8 <= end:
+        w0, w1, w2, w3 = data[p], data[p + 1], data[p + 2], data[p + 3]
+        w4, w5, w6, w7 = data[p + 4], data[p + 5], data[p + 6], data[p + 7]
+        i0, i1, i2, i3 = indices[p], indices[p + 1], indices[p + 2], indices[p + 3]
+        i4, i5, i6, i7 = indices[p + 4], indices[p + 5], indices[p + 6], indices[p + 7]
+        for b in range(t):
+            dst[j, b] = (dst[j, b] + src[i0, b] * w0 + src[i1, b] * w1 + src[i2, b] * w2
+                               + src[i3, b] * w3 + src[i4, b] * w4 + src[i5, b] * w5 + src[i6, b] * w6
+                               + src[i7, b] * w7)
+        p += 8
+    while p < end:
+        w0 = data[p]
+        i0 = indices[p]
+        for b in range(t):
+            dst[j, b] += src[i0, b] * w0
+        p += 1
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _sum_tile(src, dst, t, indptr, indices, data, order, starts, bias, ymax, live):  # pragma: no cover - compiled
+    # dst[j, b] = h(sum_p data[p] * src[indices[p], b]) for the block's columns j and the tile's t images, twins
+    # (order, starts: _twin_groups) four at a time; live[b] is set when any output of image b is nonzero
     zero = dst.dtype.type(0)
     for b in range(t):
         live[b] = False
+    for g in range(starts.size - 1):
+        c, end = starts[g], starts[g + 1]
+        while c + 4 <= end:
+            j0, j1, j2, j3 = order[c], order[c + 1], order[c + 2], order[c + 3]
+            _sum_four(src, dst, t, j0, j1, j2, j3, indptr[j0], indptr[j1], indptr[j2], indptr[j3],
+                      indptr[j0 + 1] - indptr[j0], indices, data)
+            c += 4
+        while c < end:
+            j = order[c]
+            _sum_one(src, dst, t, j, indptr[j], indptr[j + 1], indices, data)
+            c += 1
     for j in range(indptr.size - 1):
         for b in range(t):
-            dst[j, b] = zero
-        p = indptr[j]
-        end = indptr[j + 1]
-        while p + 8 <= end:
-            w0, w1, w2, w3 = data[p], data[p + 1], data[p + 2], data[p + 3]
-            w4, w5, w6, w7 = data[p + 4], data[p + 5], data[p + 6], data[p + 7]
-            i0, i1, i2, i3 = indices[p], indices[p + 1], indices[p + 2], indices[p + 3]
-            i4, i5, i6, i7 = indices[p + 4], indices[p + 5], indices[p + 6], indices[p + 7]
-            for b in range(t):
-                dst[j, b] = (dst[j, b] + src[i0, b] * w0 + src[i1, b] * w1 + src[i2, b] * w2
-                                   + src[i3, b] * w3 + src[i4, b] * w4 + src[i5, b] * w5 + src[i6, b] * w6
-                                   + src[i7, b] * w7)
-            p += 8
-        while p < end:
-            w0 = data[p]
-            i0 = indices[p]
-            for b in range(t):
-                dst[j, b] += src[i0, b] * w0
-            p += 1
-        for b in range(t):
+            # branch-free, so that it vectorises: the bias goes to nonzeros only, then ReLU and the clamp
             v = dst[j, b]
-            if v != zero:  # the bias goes to nonzeros only
-                v = v + bias
-                if v < zero:
-                    v = zero
-                elif v > ymax:
-                    v = ymax
-                dst[j, b] = v
-                if v != zero:
-                    live[b] = True
+            u = v + bias
+            u = u if u > zero else zero
+            u = u if u < ymax else ymax
+            u = u if v != zero else zero
+            dst[j, b] = u
+            live[b] = live[b] | (u != zero)
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -92,9 +185,10 @@ def _pack_tile(yt, extra, split, rows, b0, t, buf):  # pragma: no cover - compil
 def _layer_step_numba(yt, extra, split, rows, indptr, indices, data, bias, ymax, out, tile):  # pragma: no cover
     nb = yt.shape[1]
     live = np.empty(min(tile, nb), dtype=np.bool_)
+    order, starts = _twin_groups(indptr, indices)
     if nb <= tile and rows == split:
         # one tile, no received rows: yt already is a contiguous tile (a training batch, a small chunk)
-        _sum_tile(yt, out, nb, indptr, indices, data, bias, ymax, live)
+        _sum_tile(yt, out, nb, indptr, indices, data, order, starts, bias, ymax, live)
         return
     # buffers no wider than the batch: a fresh megabyte per call costs page faults a small batch notices
     buf = np.empty((rows, min(tile, nb)), dtype=yt.dtype)
@@ -102,7 +196,7 @@ def _layer_step_numba(yt, extra, split, rows, indptr, indices, data, bias, ymax,
     for b0 in range(0, nb, tile):
         t = min(tile, nb - b0)
         _pack_tile(yt, extra, split, rows, b0, t, buf)
-        _sum_tile(buf, sums, t, indptr, indices, data, bias, ymax, live)
+        _sum_tile(buf, sums, t, indptr, indices, data, order, starts, bias, ymax, live)
         if nb > tile:  # the sums go to the tile's columns of out (written in place they ran slower)
             for j in range(out.shape[0]):
                 for b in range(t):
@@ -124,11 +218,13 @@ def _squeeze(buf, rows, t, live, ids):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, bias, ymax, rows, tile, out,
-               out_ids):  # pragma: no cover - compiled
+def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts, twin_starts,
+               bias, ymax, rows, tile, out, out_ids):  # pragma: no cover - compiled
     # every tile of yt's images through the group's layers (layer l: indptrs[ptr_starts[l]:ptr_starts[l + 1]],
-    # its entries from entry_starts[l]), its dead images squeezed out after each layer; the survivors go to
-    # out / out_ids in tile order; rows: the most any layer's input or output has. Returns how many survived.
+    # its entries from entry_starts[l], its twins orders[ptr_starts[l] - l:] and
+    # group_starts[twin_starts[l]:twin_starts[l + 1]]), its dead images squeezed out after each layer; the
+    # survivors go to out / out_ids in tile order; rows: the most any layer's input or output has. Returns how
+    # many survived.
     layers = ptr_starts.size - 1
     tile = min(tile, yt.shape[1])  # no buffer wider than the batch
     src = np.empty((rows, tile), dtype=yt.dtype)
@@ -144,7 +240,9 @@ def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, bias, 
         for k in range(layers):
             indptr = indptrs[ptr_starts[k]:ptr_starts[k + 1]]
             e0, e1 = entry_starts[k], entry_starts[k + 1]
-            _sum_tile(src, dst, t, indptr, indices[e0:e1], data[e0:e1], bias, ymax, live)
+            order = orders[ptr_starts[k] - k:ptr_starts[k + 1] - k - 1]
+            starts = group_starts[twin_starts[k]:twin_starts[k + 1]]
+            _sum_tile(src, dst, t, indptr, indices[e0:e1], data[e0:e1], order, starts, bias, ymax, live)
             width = indptr.size - 1
             t = _squeeze(dst, width, t, live, tile_ids)
             src, dst = dst, src
@@ -159,9 +257,11 @@ def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, bias, 
 
 
 def tile_for(inputs: int, itemsize: int = 4) -> int:
-    """Images per tile: as many as keep a tile's ``inputs`` rows within :data:`TILE_BYTES` (the L2 cache), a
-    multiple of 16 (whole vectors) between 16 and 4096."""
-    images = TILE_BYTES // max(1, inputs * itemsize)
+    """Images per tile: as many as keep a tile's ``inputs`` rows within :data:`TILE_BYTES` (the L2 cache), but
+    never so few that a row of the tile is under :data:`ROW_BYTES`, nor so many that a tile's buffer is over
+    :data:`TILE_MAX_BYTES`; a multiple of 16 (whole vectors) between 16 and 4096."""
+    row = max(1, inputs * itemsize)
+    images = min(max(TILE_BYTES // row, ROW_BYTES // itemsize), TILE_MAX_BYTES // row)
     return int(max(16, min(4096, images - images % 16)))
 
 
@@ -232,12 +332,14 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
     if yt.shape[1] == 0:
         return yt, ids
     for group in _groups(iter(layers)):
-        indptrs, ptr_starts, indices, data, entry_starts = _concatenated(group, dtype)
+        indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts, twin_starts = \
+            _concatenated(group, dtype)
         rows = max(yt.shape[0], int(np.diff(ptr_starts).max()) - 1)
         out = np.empty((group[-1][0].size - 1, yt.shape[1]), dtype=dtype)
         out_ids = np.empty_like(ids)
-        survivors = _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, dtype.type(bias),
-                               dtype.type(ymax), rows, tile_for(rows, dtype.itemsize), out, out_ids)
+        survivors = _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts,
+                               twin_starts, dtype.type(bias), dtype.type(ymax), rows,
+                               tile_for(rows, dtype.itemsize), out, out_ids)
         yt, ids = out[:, :survivors], out_ids[:survivors]
         if survivors == 0:
             break
@@ -260,7 +362,8 @@ def _groups(layers: Iterator) -> Iterator[list]:
 
 
 def _concatenated(group: list, dtype: np.dtype) -> tuple[np.ndarray, ...]:
-    # the group's layers as flat arrays: each layer's pointers rebased to its own entries, and where each starts
+    # the group's layers as flat arrays: each layer's pointers rebased to its own entries, and where each starts;
+    # then each layer's twins (_twin_groups), its orders and group starts concatenated likewise
     indptrs = [np.asarray(p, dtype=np.int64) - int(p[0]) for p, _, _ in group]
     ptr_starts = np.zeros(len(group) + 1, dtype=np.int64)
     ptr_starts[1:] = np.cumsum([p.size for p in indptrs])
@@ -268,5 +371,9 @@ def _concatenated(group: list, dtype: np.dtype) -> tuple[np.ndarray, ...]:
     entry_starts[1:] = np.cumsum([ix.size for _, ix, _ in group])
     indices = np.concatenate([np.asarray(ix, dtype=np.int64) for _, ix, _ in group])
     data = np.concatenate([np.asarray(d, dtype=dtype) for _, _, d in group])
-    return np.concatenate(indptrs), ptr_starts, indices, data, entry_starts
+    twins = [_twin_groups(p, indices[entry_starts[k]:entry_starts[k + 1]]) for k, p in enumerate(indptrs)]
+    twin_starts = np.zeros(len(group) + 1, dtype=np.int64)
+    twin_starts[1:] = np.cumsum([s.size for _, s in twins])
+    return (np.concatenate(indptrs), ptr_starts, indices, data, entry_starts, np.concatenate([o for o, _ in twins]),
+            np.concatenate([s for _, s in twins]), twin_starts)
 
