@@ -117,17 +117,20 @@ def _twin_block(rng, inputs: int, sizes: list[int], entries: list[int]) -> sp.cs
 def test_twin_groups_gather_exactly_the_columns_with_the_same_inputs():
     rng = np.random.default_rng(3)
     w = _twin_block(rng, 50, [1, 2, 3, 4, 5, 9, 1, 6], [3, 3, 0, 4, 8, 1, 5, 32])
-    order, starts = cpu._twin_groups(w.indptr.astype(np.int64), w.indices)
+    order, starts = cpu._twin_groups(w.indptr.astype(np.int64), w.indices, cpu.TWIN_MIN_IMAGES)
     assert sorted(order.tolist()) == list(range(w.shape[1]))  # a permutation of the columns
     pattern = [tuple(w.indices[w.indptr[j]:w.indptr[j + 1]]) for j in range(w.shape[1])]
     groups = [order[starts[g]:starts[g + 1]] for g in range(starts.size - 1)]
     assert all(len(g) > 0 and list(g) == sorted(g) for g in groups)
     assert all(len({pattern[j] for j in g}) == 1 for g in groups)  # twins only
     assert len(groups) == len(set(pattern))  # all of them: one group per distinct pattern
+    # a narrow batch is not worth the search: every column a group of its own, in order
+    order, starts = cpu._twin_groups(w.indptr.astype(np.int64), w.indices, cpu.TWIN_MIN_IMAGES - 1)
+    assert order.tolist() == list(range(w.shape[1])) and starts.tolist() == list(range(w.shape[1] + 1))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("images", [1, 17, 300])
+@pytest.mark.parametrize("images", [1, 17, 128, 300])  # twins looked for from 128 images
 @pytest.mark.parametrize("entries", [1, 4, 7, 32])  # within, at and past a pass of four inputs
 def test_layer_step_on_twins_is_bit_equal_to_the_reference(dtype, images, entries):
     # twins are summed four at a time (each input row read once for four outputs): every group size, remainders

@@ -42,16 +42,22 @@ TILE_MAX_BYTES = 1 << 26
 #: Layer entries gathered into one group of the layer loop: it bounds the memory a streamed group holds
 #: (about 12 bytes an entry) while a group of narrow layers stays long enough that tiles rarely refill.
 GROUP_ENTRIES = 1 << 21
+#: Fewest images a step or loop looks for twins in: finding them costs a few nanoseconds an entry, as much as
+#: summing a 32-image batch (training's) that has none.
+TWIN_MIN_IMAGES = 128
 #: Layers in one group at most: between groups the survivors of all tiles are gathered and tiled afresh, so
 #: tiles emptied by dying images fill up again.
 GROUP_LAYERS = 16
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _twin_groups(indptr, indices):  # pragma: no cover - compiled
+def _twin_groups(indptr, indices, images):  # pragma: no cover - compiled
     # the block's columns ordered so that twins (columns with the same inputs in the same order) are adjacent:
-    # returns (order, starts), group g being columns order[starts[g]:starts[g + 1]], ascending within a group
+    # returns (order, starts), group g being columns order[starts[g]:starts[g + 1]], ascending within a group.
+    # Below TWIN_MIN_IMAGES images every column is a group of its own: finding twins would cost more than they save
     n = indptr.size - 1
+    if images < TWIN_MIN_IMAGES:
+        return np.arange(n), np.arange(n + 1)
     keys = np.empty(n, dtype=np.uint64)
     for j in range(n):
         h = np.uint64(14695981039346656037) ^ np.uint64(indptr[j + 1] - indptr[j])
@@ -185,7 +191,7 @@ def _pack_tile(yt, extra, split, rows, b0, t, buf):  # pragma: no cover - compil
 def _layer_step_numba(yt, extra, split, rows, indptr, indices, data, bias, ymax, out, tile):  # pragma: no cover
     nb = yt.shape[1]
     live = np.empty(min(tile, nb), dtype=np.bool_)
-    order, starts = _twin_groups(indptr, indices)
+    order, starts = _twin_groups(indptr, indices, nb)
     if nb <= tile and rows == split:
         # one tile, no received rows: yt already is a contiguous tile (a training batch, a small chunk)
         _sum_tile(yt, out, nb, indptr, indices, data, order, starts, bias, ymax, live)
@@ -333,7 +339,7 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
         return yt, ids
     for group in _groups(iter(layers)):
         indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts, twin_starts = \
-            _concatenated(group, dtype)
+            _concatenated(group, dtype, yt.shape[1])
         rows = max(yt.shape[0], int(np.diff(ptr_starts).max()) - 1)
         out = np.empty((group[-1][0].size - 1, yt.shape[1]), dtype=dtype)
         out_ids = np.empty_like(ids)
@@ -361,7 +367,7 @@ def _groups(layers: Iterator) -> Iterator[list]:
         yield group
 
 
-def _concatenated(group: list, dtype: np.dtype) -> tuple[np.ndarray, ...]:
+def _concatenated(group: list, dtype: np.dtype, images: int) -> tuple[np.ndarray, ...]:
     # the group's layers as flat arrays: each layer's pointers rebased to its own entries, and where each starts;
     # then each layer's twins (_twin_groups), its orders and group starts concatenated likewise
     indptrs = [np.asarray(p, dtype=np.int64) - int(p[0]) for p, _, _ in group]
@@ -371,7 +377,7 @@ def _concatenated(group: list, dtype: np.dtype) -> tuple[np.ndarray, ...]:
     entry_starts[1:] = np.cumsum([ix.size for _, ix, _ in group])
     indices = np.concatenate([np.asarray(ix, dtype=np.int64) for _, ix, _ in group])
     data = np.concatenate([np.asarray(d, dtype=dtype) for _, _, d in group])
-    twins = [_twin_groups(p, indices[entry_starts[k]:entry_starts[k + 1]]) for k, p in enumerate(indptrs)]
+    twins = [_twin_groups(p, indices[entry_starts[k]:entry_starts[k + 1]], images) for k, p in enumerate(indptrs)]
     twin_starts = np.zeros(len(group) + 1, dtype=np.int64)
     twin_starts[1:] = np.cumsum([s.size for _, s in twins])
     return (np.concatenate(indptrs), ptr_starts, indices, data, entry_starts, np.concatenate([o for o, _ in twins]),
