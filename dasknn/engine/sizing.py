@@ -11,6 +11,7 @@ import numpy as np
 
 from ..cost import Prediction
 from ..errors import DasknnError
+from ..kernels import tile_for
 from ..partition import layer_volumes
 from .owners import check_partition, stored_partition
 
@@ -50,7 +51,9 @@ def memory_need(store, dtype: str, resident: bool, keep_layers: int, g: int, wid
     # resident weights are briefly held twice while they load (decoded arrays, then the kernel's copies):
     # measured on a 65536 x 8 network, a worker's peak was its weights twice over plus the rest
     weights = (2 * store.edges * (item + 4) if resident else biggest * keep_layers) / g
-    activations = 3 * store.neurons * width * item  # input, output and a compacted copy of a chunk
+    # input, output and a compacted copy of a chunk, and the kernel's two tile buffers (up to 64 MB each)
+    tiles = 2 * store.neurons * min(width, tile_for(store.neurons, item)) * item
+    activations = 3 * store.neurons * width * item + tiles
     return weights + 2 * biggest + activations, weights, activations, biggest  # + a layer being decoded
 
 
