@@ -23,6 +23,11 @@ class Progress:
 
             self.bar = tqdm(total=total, desc=desc, unit="", leave=False, file=sys.stderr)
 
+    @property
+    def shown(self) -> bool:
+        """Whether a bar is on the terminal (a caller can skip the work of reporting to none)."""
+        return self.bar is not None
+
     def to(self, done: int, total: int | None = None) -> None:
         """Show ``done`` steps done."""
         if self.bar is not None:

@@ -35,8 +35,10 @@ def cmd_partition(args: argparse.Namespace) -> int:
         try:
             with local_client(args.workers, args.threads_per_worker, args.scheduler,
                               memory_limit=args.memory_limit or "auto", **tls_options(args)) as client:
+                # the workers report rows as events only for a bar on the terminal (not under --json, in a pipe)
+                follow = (lambda done, _: bar.to(done)) if bar.shown else None
                 owners, report = partition_on_cluster(client, str(args.network), args.parts, args.method,
-                                                      args.epsilon, args.seed, progress=lambda done, _: bar.to(done))
+                                                      args.epsilon, args.seed, progress=follow)
         finally:
             bar.close()
         seconds = report["seconds"]
