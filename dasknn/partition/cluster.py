@@ -19,6 +19,7 @@ from itertools import cycle
 import numpy as np
 
 from ..errors import DasknnError
+from ..runtime.heap import large_array_heap
 from ..store import open_store
 from ..store.common import FULL_CHECK_ENTRIES
 from .hypergraph import ProgressFn
@@ -114,6 +115,7 @@ def _follow(client, progress: ProgressFn | None, rows: int) -> Iterator[str | No
         seen(event)
 
 
+@large_array_heap()
 def partition_task(path: str, parts: int, method: str, epsilon: float = 0.03, seed: int = 0,
                    threads: int | None = None, topic: str | None = None) -> tuple[np.ndarray, dict]:
     """Partition the network stored at ``path`` on this worker (a task): its owners (:func:`compact`) and report.
@@ -130,6 +132,7 @@ def partition_task(path: str, parts: int, method: str, epsilon: float = 0.03, se
     return compact(owners, parts), partition_report(layers, owners, method, seconds)
 
 
+@large_array_heap()
 def segment_task(path: str, a: int, b: int, parts: int, method: str, epsilon: float, seed: int,
                  threads: int | None, topic: str | None = None) -> np.ndarray:
     """Partition layers ``a + 1 .. b`` on their own (a task): ``int32`` owners of rows ``a .. b`` (rows done
@@ -144,6 +147,7 @@ def take_rows(owners: np.ndarray, start: int, stop: int | None) -> np.ndarray:
     return np.array(owners[start:stop])
 
 
+@large_array_heap()
 def seam_task(path: str, lo: int, before: np.ndarray, after: np.ndarray, relabel_before: np.ndarray,
               relabel_after: np.ndarray, parts: int, method: str, epsilon: float, seed: int) -> np.ndarray:
     """Refine the rows around a seam (a task): rows ``lo + 1 .. lo + 2 * SEAM_ROWS + 1`` in the first segment's
@@ -159,6 +163,7 @@ def seam_task(path: str, lo: int, before: np.ndarray, after: np.ndarray, relabel
     return window[1:-1]
 
 
+@large_array_heap()
 def finish_segment(path: str, a: int, owners: np.ndarray, relabel: np.ndarray, head: np.ndarray | None,
                    tail: np.ndarray | None, parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A segment's final owners (a task): relabelled, its seam rows replaced by the refined ones (``head`` from

@@ -7,4 +7,6 @@
   Each caller keeps its own recovery policy (inference re-runs unfinished chunks, training restarts from its
   last checkpoint).
 * :mod:`.metrics`: byte counters on the workers and the exchange-log scheduler plugin.
+* :mod:`.heap`: glibc's heap for tasks that make and drop large arrays over and over (the nanny's
+  ``MALLOC_TRIM_THRESHOLD_`` turns each one into a fresh ``mmap``).
 """
