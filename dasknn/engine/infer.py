@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import DasknnError
 from ..modes import AUTO, DATA, HYBRID, MODEL
-from ..runtime.recovery import WorkersLost, await_workers, ensure_client, workers_info
+from ..runtime.recovery import WorkersLost, await_workers, ensure_client, smallest_memory_limit, workers_info
 from ..store import location, open_results, open_store, read_results
 from .execute import Job, Pass, execute
 from .groups import check_mode
@@ -260,13 +260,11 @@ def _checked(network, inputs, images: int | None, dtype: str, sync_every: int, a
 
 def _cluster(client) -> tuple[list[str], int, float]:
     # the workers (sorted), their threads, and the smallest memory limit among them
-    import psutil
-
     info = workers_info(client)
     workers = sorted(info)
     if not workers:
         raise DasknnError("the Dask cluster has no workers")
-    memory = min((w.get("memory_limit") or psutil.virtual_memory().total / len(workers)) for w in info.values())
+    memory = smallest_memory_limit(info)
     threads = sum(w["nthreads"] for w in info.values())
     return workers, threads, memory
 

@@ -82,6 +82,14 @@ def workers_info(client) -> dict:
     return client.sync(client.scheduler.identity, n_workers=-1)["workers"]
 
 
+def smallest_memory_limit(info: dict) -> float:
+    """The smallest memory limit among the workers of ``info`` (:func:`workers_info`), in bytes; a worker without a
+    limit counts as its share of this machine's memory."""
+    import psutil
+
+    return min((w.get("memory_limit") or psutil.virtual_memory().total / len(info)) for w in info.values())
+
+
 def await_workers(client, expected: int, timeout: float) -> list[str]:
     """The workers after a loss, sorted.
 
