@@ -360,3 +360,35 @@ def test_training_step_on_cupy_matches_the_cpu_step(optimizer):
     for a, b in zip(back.params + [s for slot in back.slots for s in slot],
                     host.params + [s for slot in host.slots for s in slot]):
         assert isinstance(a, np.ndarray) and rel(a, b) < 1e-5
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_a_stored_networks_partition_is_made_on_the_cluster_where_a_worker_has_the_memory(
+        client, tmp_path, monkeypatch, fits):
+    from dasknn.engine import sizing
+    from dasknn.network import Network
+    from dasknn.partition import cluster as PC
+    from dasknn.store import load_partition, partition_name, write_network
+
+    path = write_network(tmp_path / "net.zarr", Network(random_layers(), 0.0, math.inf))
+    on_cluster = []
+
+    def spy(*args, **kwargs):
+        on_cluster.append(args[1:4])
+        return real(*args, **kwargs)
+
+    real = PC.partition_on_cluster
+    monkeypatch.setattr(PC, "partition_on_cluster", spy)
+    monkeypatch.setattr(sizing, "partition_fits_worker", lambda neurons, memory: fits)
+    x, y = toy_data(60)
+    kw = dict(epochs=1, batch=16, lr=0.05, mode="model", workers=2, client=client, seed=5, max_steps=2,
+              partition="hypergraph")
+    first = tr.train(str(path), (x, y), **kw)
+    assert on_cluster == ([(str(path), 2, "hypergraph")] if fits else [])
+    saved = load_partition(path, partition_name("hypergraph", 2, 5))
+    assert saved is not None and first.partition == "hypergraph"
+    # the next run reuses the stored partition and trains the same
+    again = tr.train(str(path), (x, y), **kw)
+    assert len(on_cluster) == (1 if fits else 0)
+    for a, b in zip(first.model.params, again.model.params):
+        assert np.array_equal(a, b)

@@ -11,10 +11,10 @@ from ..errors import DasknnError
 from ..store import open_store
 
 
-def resolve_partition(store_path: str, partition, parts: int, seed: int = 0) -> np.ndarray:
-    """An owners array for ``parts`` parts: a method name (computed once, then kept in the store), a ``.npy``
-    file, or an array."""
-    return partition_owners(store_path, partition, parts, seed)[0]
+def resolve_partition(store_path: str, partition, parts: int, seed: int = 0, client=None) -> np.ndarray:
+    """An owners array for ``parts`` parts: a method name (computed once, on ``client``'s cluster where one is
+    given, then kept in the store), a ``.npy`` file, or an array."""
+    return partition_owners(store_path, partition, parts, seed, client)[0]
 
 
 def partition_owners(store_path: str, partition, parts: int, seed: int = 0, client=None) -> tuple[np.ndarray, float]:

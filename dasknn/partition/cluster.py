@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import DasknnError
 from ..runtime.heap import large_array_heap
+from ..runtime.recovery import workers_info
 from ..store import open_store
 from ..store.common import FULL_CHECK_ENTRIES
 from .hypergraph import ProgressFn
@@ -202,7 +203,7 @@ def partition_on_cluster(client, path: str, parts: int, method: str, epsilon: fl
     ``2 * SEAM_ROWS + 2`` layers, so that seams stay apart). ``progress(rows done, rows)`` is called on the
     client as the workers finish rows of owners (a progress bar).
     """
-    info = client.scheduler_info()["workers"]
+    info = workers_info(client)  # (not the client's cached scheduler_info, which can look empty)
     workers = sorted(info, key=lambda w: -info[w].get("nthreads", 1))
     store = open_store(path, check="metadata")
     if segments is None:

@@ -19,7 +19,7 @@ from ..errors import DasknnError
 from ..kernels import to_device
 from ..network import Network
 from ..runtime import metrics
-from ..runtime.recovery import await_workers, ensure_client, worker_lost
+from ..runtime.recovery import await_workers, ensure_client, smallest_memory_limit, worker_lost, workers_info
 from .checkpoint import load_checkpoint, save_checkpoint
 from .data import load_data, schedule, split
 from .data_mode import DataRunner
@@ -155,7 +155,7 @@ def _run_single(model: Model, job: _Job) -> _Outcome:
     return _Outcome(model, losses, time.perf_counter() - t0)
 
 
-def _owners(layers, partition, parts: int, path: str | None, seed: int) -> tuple[np.ndarray, str]:
+def _owners(layers, partition, parts: int, path: str | None, seed: int, client) -> tuple[np.ndarray, str]:
     # model and hybrid mode: the owner of every neuron, and the partition's name in the figures
     from ..partition import partition_network
 
@@ -165,8 +165,11 @@ def _owners(layers, partition, parts: int, path: str | None, seed: int) -> tuple
         return np.zeros((len(layers) + 1, int(layers[0].shape[0])), dtype=np.int32), "single"
     if path is not None:
         from ..engine import resolve_partition
+        from ..engine.sizing import partition_fits_worker
 
-        return resolve_partition(path, partition, parts, seed), str(partition)
+        # as inference does: a stored network is partitioned on the cluster where a worker has the memory
+        fits = partition_fits_worker(int(layers[0].shape[0]), smallest_memory_limit(workers_info(client)))
+        return resolve_partition(path, partition, parts, seed, client if fits else None), str(partition)
     return partition_network(layers, parts, str(partition), seed=seed), str(partition)
 
 
@@ -272,6 +275,10 @@ def train(
         the labels). A seeded ``test_share`` is held out.
     mode
         ``"single"`` (this process, no Dask), ``"data"``, ``"model"`` or ``"hybrid"``.
+    partition
+        Model and hybrid mode: an owners array or a partition method; for a stored network also a ``.npy``
+        file, and a method's partition is computed once, on a worker of the cluster where one has the memory,
+        and kept in the store.
     workers
         Replicas (data), parts (model) or groups x parts (hybrid), mapped round-robin onto the cluster's
         workers.
@@ -330,7 +337,7 @@ def train(
         if mode != "data":
             from ..plan import build_plan
 
-            owners, part_name = _owners(layers, partition, parts, path, seed)
+            owners, part_name = _owners(layers, partition, parts, path, seed, client)
             plan = build_plan(layers, owners)  # computed once: a restart after a lost worker reuses it
         run = _run_on_cluster(client, _runner_factory(client, mode, workers, parts, plan, job, backend), model, job)
     run.model = run.model.on("cpu")
