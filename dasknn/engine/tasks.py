@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from .. import kernels
 from ..errors import DasknnError
 from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
+from ..runtime.heap import large_array_heap
 from .exchange_plan import drop_plans, held_plan, take_blocks
 from .inputs import load_images
 from ..store import (
@@ -158,6 +159,7 @@ def _part_layer(part: list[tuple[PartLayer, Block]] | PartStreamSpec, k: int) ->
     return part[k - 1] if isinstance(part, list) else _stream(part).layer(k)
 
 
+@large_array_heap()  # a layer's blocks are arrays of megabytes, made and dropped per layer
 def write_part_plan_layer(path: str, plan_path: str, k: int, parts: int) -> np.ndarray:
     # one layer of a part plan: every part's lists and its block, indexed into the rows it will read
     w = open_store(path, check="lazy").layer(k)  # the client has checked the store's metadata
