@@ -16,6 +16,8 @@ Usage::
     python benchmarks/bench_partition.py --parts 16 --methods random hypergraph fast fast-segments --generated 16384 \
         --generated-methods random hypergraph fast fast-segments --generated-layers 120
     python benchmarks/bench_partition.py --on-cluster 65536 1920 --parts 2 16   # on 2 workers of 2 GB (issue 16)
+    python benchmarks/bench_partition.py --auto-vs-data 65536 120 200           # auto against --mode data
+    python benchmarks/bench_partition.py --end-to-end 65536 480 1000            # model mode's first and second run
 
 The machine matters: timings in BENCHMARKS.md come from a shared 2-core box and are noisy.
 """
@@ -75,36 +77,75 @@ def run(
                 P.plot_partition(layers, owners, method, plot)
 
 
+def _fresh_store(tmp: str, neurons: int, layers: int, images: int) -> Path:
+    """A generated store with ``images`` images in ``tmp`` (no partition, no plan yet)."""
+    import subprocess
+
+    store = Path(tmp) / "net.zarr"
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "dasknn", "generate", "--neurons", str(neurons), "--layers", str(layers),
+                    "--images", str(images), "--out", str(store)], check=True, capture_output=True)
+    print(f"# generated {neurons} x {layers} with {images} images in {time.perf_counter() - t0:.1f} s")
+    return store
+
+
+def _infer_rows(store: Path, images: int, memory: str, runs: list[tuple[str, list[str]]]) -> dict[str, float]:
+    """``dasknn infer`` on ``store`` once per ``(label, extra arguments)``, one after the other, each on its own
+    fresh cluster of 2 workers of ``memory``: a table row each (wall time, what ran, the setup it spent, what auto
+    predicted). Returns each label's wall seconds."""
+    import subprocess
+
+    print("| command | mode run | wall s | inference s | partition s | plan s | predicted |")
+    print("|---|---|--:|--:|--:|--:|---|")
+    walls: dict[str, float] = {}
+    for label, extra in runs:
+        cmd = [sys.executable, "-m", "dasknn", "infer", "--network", str(store), "--batch", str(images),
+               "--workers", "2", "--memory-limit", memory, "--json", *extra]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            print(f"# {label} failed: {proc.stderr.strip()[-400:]}")
+            continue
+        walls[label] = wall
+        r = json.loads(proc.stdout)
+        model = [p for p in r.get("predictions", []) if p["mode"] == "model"]
+        data = [p for p in r.get("predictions", []) if p["mode"] == "data"]
+        told = (f"{model[0]['seconds']:.1f} s ({model[0]['setup_seconds']:.1f} s setup, "
+                f"{model[0]['volumes_from']}); data {data[0]['seconds']:.1f} s") if model else "-"
+        print(f"| {label} | {r['mode']} | {wall:.1f} | {r['seconds']:.1f} | "
+              f"{r.get('partition_seconds', 0):.1f} | {r['plan_seconds']:.1f} | {told} |", flush=True)
+    return walls
+
+
 def auto_against_data(neurons: int, layers: int, images: int, memory: str) -> None:
     """Default ``dasknn infer`` (auto) on a fresh generated store against ``--mode data``, side by side: the
     wall time of each command (a fresh 2-worker cluster each), what auto chose, and its setup figures."""
-    import subprocess
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="bench-auto-") as tmp:
-        store = Path(tmp) / "net.zarr"
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "dasknn", "generate", "--neurons", str(neurons), "--layers", str(layers),
-                        "--images", str(images), "--out", str(store)], check=True, capture_output=True)
-        print(f"# generated {neurons} x {layers} with {images} images in {time.perf_counter() - t0:.1f} s")
-        print("| command | mode run | wall s | inference s | partition s | plan s | predicted |")
-        print("|---|---|--:|--:|--:|--:|---|")
-        for extra in ([], ["--mode", "data"]):
-            cmd = [sys.executable, "-m", "dasknn", "infer", "--network", str(store), "--batch", str(images),
-                   "--workers", "2", "--memory-limit", memory, "--json", *extra]
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            wall = time.perf_counter() - t0
-            if proc.returncode != 0:
-                print(f"# {' '.join(extra) or 'auto'} failed: {proc.stderr.strip()[-400:]}")
-                continue
-            r = json.loads(proc.stdout)
-            model = [p for p in r.get("predictions", []) if p["mode"] == "model"]
-            data = [p for p in r.get("predictions", []) if p["mode"] == "data"]
-            told = (f"{model[0]['seconds']:.1f} s ({model[0]['setup_seconds']:.1f} s setup, "
-                    f"{model[0]['volumes_from']}); data {data[0]['seconds']:.1f} s") if model else "-"
-            print(f"| dasknn infer {' '.join(extra) or '(auto)'} | {r['mode']} | {wall:.1f} | {r['seconds']:.1f} | "
-                  f"{r.get('partition_seconds', 0):.1f} | {r['plan_seconds']:.1f} | {told} |", flush=True)
+        store = _fresh_store(tmp, neurons, layers, images)
+        walls = _infer_rows(store, images, memory, [("dasknn infer (auto)", []),
+                                                    ("dasknn infer --mode data", ["--mode", "data"])])
+    if len(walls) == 2:
+        print(f"# auto / data wall time: {walls['dasknn infer (auto)'] / walls['dasknn infer --mode data']:.2f}")
+
+
+def end_to_end(neurons: int, layers: int, images: int, memory: str) -> None:
+    """Model mode on a fresh generated store twice (the first run partitions on the cluster and writes the part
+    plan, the second reuses both), then streamed data mode, each on a fresh 2-worker cluster: wall times side by
+    side, as ratios to data mode."""
+    import tempfile
+
+    first, second, data = ("model, first run (partition + plan + inference)", "model, second run (both reused)",
+                           "data, streamed")
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as tmp:
+        store = _fresh_store(tmp, neurons, layers, images)
+        walls = _infer_rows(store, images, memory, [(first, ["--mode", "model"]), (second, ["--mode", "model"]),
+                                                    (data, ["--mode", "data"])])
+    if len(walls) == 3:
+        print(f"# first run / data: {walls[first] / walls[data]:.2f}; second run / data: "
+              f"{walls[second] / walls[data]:.2f} (wall times)")
 
 
 def _peak_rss(proc) -> tuple[float, float]:
@@ -172,8 +213,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--plot", default="bench-out/partition-n1024-k16.png")
     ap.add_argument("--auto-vs-data", type=int, nargs=3, metavar=("N", "LAYERS", "IMAGES"),
                     help="only: default dasknn infer against --mode data on a fresh generated store (2 workers)")
+    ap.add_argument("--end-to-end", type=int, nargs=3, metavar=("N", "LAYERS", "IMAGES"),
+                    help="only: dasknn infer --mode model twice (first run, second run) and --mode data on a fresh "
+                         "generated store (2 workers)")
     ap.add_argument("--memory-limit", default=None,
-                    help="each worker's memory limit (default 600MB with --auto-vs-data, 2GB with --on-cluster)")
+                    help="each worker's memory limit (default 600MB with --auto-vs-data, 2GB with --on-cluster and "
+                         "--end-to-end)")
     ap.add_argument("--on-cluster", type=int, nargs=2, metavar=("N", "LAYERS"),
                     help="only: dasknn partition --workers 2 on a generated store, for each of --parts")
     ap.add_argument("--store-dir", default="bench-out", help="with --on-cluster: where the generated store is kept")
@@ -185,6 +230,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.auto_vs_data:
         print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs")
         auto_against_data(*args.auto_vs_data, args.memory_limit or "600MB")
+        return
+    if args.end_to_end:
+        print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} CPUs")
+        end_to_end(*args.end_to_end, args.memory_limit or "2GB")
         return
 
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
