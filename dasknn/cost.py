@@ -39,8 +39,11 @@ PROBE_ACTIVATIONS = 1 << 21
 #: Seconds each worker runs the kernel for :func:`kernel_rate`, and the multiply-adds of one call at most.
 KERNEL_SECONDS = 0.5
 KERNEL_CALL = 2e8
-#: Layers data mode's loop is timed over by :func:`kernel_rate` (``loop``).
+#: Layers data mode's loop is timed over by :func:`kernel_rate` (``loop``), and the bytes of their arrays at most
+#: (at least 2 layers): a worker of 600 MB timing 8 layers of a 65,536-wide network peaked at 0.8 GB and was
+#: killed by its nanny.
 LOOP_LAYERS = 8
+LOOP_BYTES = 64 << 20
 
 
 @dataclass
@@ -190,15 +193,26 @@ def _warm_up(yt: np.ndarray, layer: tuple, store) -> None:
     kernels.layer_step(small, *layer, store.bias, store.ymax)
 
 
+def loop_bytes(layer_bytes: int, activation_bytes: int) -> int:
+    """Peak bytes :func:`kernel_rate` takes to time data mode's loop on layers of ``layer_bytes`` over activations of
+    ``activation_bytes``: its layers, and the activations about 7 times over (their draw, the loop's tiles, its
+    outputs; measured on a 65,536-wide float64 layer with a 128-image tile: 0.51 GB over the process's own
+    0.12 GB, of which 2 layers 0.05 GB)."""
+    layers = min(LOOP_LAYERS, max(2, LOOP_BYTES // max(1, layer_bytes)))
+    return int(layers * layer_bytes + 7 * activation_bytes)
+
+
 def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None, part: int = 0,
-                width: int | None = None, seconds: float = KERNEL_SECONDS, loop: bool = False) -> float:
+                width: int | None = None, seconds: float = KERNEL_SECONDS, loop: bool = False,
+                memory: float | None = None) -> float:
     """Multiply-adds per second of the fused kernel on layer ``k`` as a mode runs it: the whole layer (data
     mode), or part ``part``'s block of it (its columns, indexed into its own and its received rows) when
     ``owners`` (rows ``k - 1`` and ``k`` of an owners array) is given (model mode), over ``width`` images (by
     default one of the kernel's tiles). With ``loop``, data mode's loop over layers
     (:func:`dasknn.kernels.run_layers`, tiles carried through up to :data:`LOOP_LAYERS` layers from ``k``)
     instead of one step: it keeps a tile's activations in cache between layers, so it runs faster per
-    multiply-add than a single step.
+    multiply-add than a single step. Where the loop's arrays (:func:`loop_bytes`) would exceed ``memory`` bytes,
+    one step is timed instead.
 
     The activations are random: the kernel visits every entry for every image, so its time does not depend on
     the values (the loop's multiply-adds, which depend on the images that die, are counted layer by layer
@@ -222,10 +236,14 @@ def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None,
     width = int(max(1, min(width or tile, max(tile, KERNEL_CALL // nnz))))
     rng = np.random.default_rng(k)
     # inputs at the clamp, as activations are after the first layers: images live on through a loop's layers
-    yt = (rng.random((rows, width)) < 0.25).astype(dt) * dt.type(store.ymax)
-    extra = (rng.random((extra_rows, width)) < 0.25).astype(dt) if owners is not None else None
+    # (drawn in float32: the draw is the largest temporary)
+    yt = (rng.random((rows, width), dtype=np.float32) < 0.25).astype(dt) * dt.type(store.ymax)
+    extra = (rng.random((extra_rows, width), dtype=np.float32) < 0.25).astype(dt) if owners is not None else None
+    layer_bytes = sum(a.nbytes for a in block)
+    if loop and memory is not None and loop_bytes(layer_bytes, yt.nbytes) > memory:
+        loop = False  # the loop's layers and tiles would not fit beside the worker's own memory: one step's rate
     if loop:
-        last = min(store.depth, k + LOOP_LAYERS - 1)
+        last = min(store.depth, k + min(LOOP_LAYERS, max(2, LOOP_BYTES // max(1, layer_bytes))) - 1)
         layers = [block] + [_layer_arrays(store, j, dt) for j in range(k + 1, last + 1)]
         macs = _loop_macs(yt, layers, store)
         kernels.run_layers(yt[:, :1].copy(), layers[:1], store.bias, store.ymax, np.arange(1))  # code loaded

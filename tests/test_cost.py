@@ -247,6 +247,44 @@ def test_data_mode_kernel_rate_times_its_loop_over_layers_and_counts_the_live_im
     assert 0 < rate <= (len(seen) - 1) * 1e6 / 0.05  # the counted work per timed call, over at least 0.05 s
 
 
+@pytest.mark.parametrize("memory,layers", [(None, 3), (1e9, 3), (1e3, 0)])
+def test_the_loop_is_timed_only_where_its_layers_and_tiles_fit_the_memory_given(slice_store, monkeypatch,
+                                                                               memory, layers):
+    from dasknn import kernels
+
+    loops, steps = [], []
+    run_layers, layer_step = kernels.run_layers, kernels.layer_step
+    monkeypatch.setattr(kernels, "run_layers", lambda yt, ls, *a, **k: loops.append(len(ls)) or run_layers(yt, ls, *a, **k))
+    monkeypatch.setattr(kernels, "layer_step", lambda *a, **k: steps.append(1) or layer_step(*a, **k))
+    monkeypatch.setattr(cost, "LOOP_LAYERS", 3)
+    rate = cost.kernel_rate(str(slice_store), 5, "float32", width=300, seconds=0.05, loop=True, memory=memory)
+    assert rate > 0
+    if layers:  # the loop over LOOP_LAYERS layers (and _loop_macs's steps to count the live images)
+        assert loops and set(loops[1:]) == {layers}
+    else:  # one step timed instead: no loop, no extra layer read
+        assert not loops and len(steps) >= 2
+
+
+def test_loop_bytes_counts_the_layers_and_the_activations_tiles():
+    # a 65,536-wide float64 layer (25 MB) over a 128-image tile (67 MB): 2 layers within LOOP_BYTES
+    assert cost.loop_bytes(25 << 20, 67 << 20) == 2 * (25 << 20) + 7 * (67 << 20)
+    assert cost.loop_bytes(1 << 20, 1 << 20) == cost.LOOP_LAYERS * (1 << 20) + 7 * (1 << 20)
+
+
+def test_a_calibration_task_whose_worker_dies_is_one_line_not_a_hang():
+    import os
+
+    from dasknn.cluster import local_client
+    from dasknn.engine import sizing
+    from dasknn.errors import DasknnError
+
+    with local_client(workers=1, threads_per_worker=1) as client:
+        w = sorted(client.nthreads())
+        fut = client.submit(os._exit, 1, workers=w, allow_other_workers=False, pure=False)
+        with pytest.raises(DasknnError, match="left the cluster while --mode auto measured it"):
+            sizing._gather_pinned(client, [fut], w)
+
+
 def test_loop_multiply_adds_count_only_the_images_alive_at_each_layer():
     from dasknn import kernels
 

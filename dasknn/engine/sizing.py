@@ -115,8 +115,8 @@ def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str
     """Rates measured on the cluster: the probe on one worker, task cost, worker-to-worker transfer rate."""
     from distributed import wait
 
-    figures = client.submit(_probe_task, path, in_path, images, dtype, workers=[workers[0]],
-                            allow_other_workers=False, pure=False).result()
+    figures = _gather_pinned(client, [client.submit(_probe_task, path, in_path, images, dtype, workers=[workers[0]],
+                                                    allow_other_workers=False, pure=False)], workers[:1])[0]
     # many small tasks in one graph, as the engine submits them: the cost of a task, per thread
     n = 100 * len(workers)
     t0 = time.perf_counter()
@@ -130,7 +130,8 @@ def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str
         made = client.submit(_make_bytes, nbytes, workers=[workers[0]], pure=False)
         wait(made)
         t0 = time.perf_counter()
-        client.submit(_size, made, workers=[workers[1]], allow_other_workers=False, pure=False).result()
+        _gather_pinned(client, [client.submit(_size, made, workers=[workers[1]], allow_other_workers=False,
+                                              pure=False)], workers[:2])
         rate = nbytes / (time.perf_counter() - t0)
         made.release()
     figures["transfer_rate"] = rate
@@ -141,16 +142,29 @@ def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str
     return figures
 
 
+def _gather_pinned(client, futures: list, workers: list[str]) -> list:
+    """The results of calibration tasks pinned to ``workers``; one line if one of them leaves the cluster (a
+    task pinned to a lost worker would wait for it for ever)."""
+    from ..runtime.recovery import WorkersLost, watch
+
+    try:
+        watch(client, futures, workers)
+    except WorkersLost as e:
+        raise DasknnError(f"worker {', '.join(e.lost)} left the cluster while --mode auto measured it (out of "
+                          "memory?): give the workers more memory (--memory-limit) or choose --mode") from None
+    return client.gather(futures)
+
+
 def _kernel_rate(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray | None,
-                 loop: bool = False) -> float:
+                 loop: bool = False, memory: float | None = None) -> float:
     # ``workers`` at once, each on the block its mode gives it (model mode: its part, its place in its group;
     # data mode: its loop over layers, with ``loop``)
     from ..cost import kernel_rate
 
     g = 1 if owners is None else int(owners.max()) + 1
-    futures = [client.submit(kernel_rate, path, k, dtype, owners, i % g, loop=loop, workers=[w],
+    futures = [client.submit(kernel_rate, path, k, dtype, owners, i % g, loop=loop, memory=memory, workers=[w],
                              allow_other_workers=False, pure=False) for i, w in enumerate(workers)]
-    return float(np.mean(client.gather(futures)))
+    return float(np.mean(_gather_pinned(client, futures, workers)))
 
 
 def _probe_task(path: str, in_path: str, images: int, dtype: str) -> dict:
@@ -192,8 +206,9 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
 
         if g == 1:
             # data mode runs its loop over layers, faster per multiply-add than the probe's single steps
+            # (the loop's layers and tiles within half a worker's memory, beside what the worker holds itself)
             cal.kernel_rates[1] = cal.kernel_rate * _kernel_rate(client, workers, path, dtype, middle, None,
-                                                                 loop=True) / solo
+                                                                 loop=True, memory=memory / 2) / solo
             return model()
         volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res, data,
                                                             memory)
