@@ -316,3 +316,27 @@ def test_workers_write_activations_of_their_chunks_at_once(tmp_path):
             outcomes = list(pool.map(_write_activations_at, [str(path)] * chunks, range(chunks), [start] * chunks))
             assert outcomes == ["ok"] * chunks
             np.testing.assert_array_equal(store.read_activations(path).toarray(), np.vstack([rows.toarray()] * chunks))
+
+
+@pytest.mark.parametrize("keep", [1, 2, 3, 4])
+def test_a_stream_keeps_its_window_for_a_chunk_a_few_layers_behind(keep):
+    from dasknn.store.streams import ReadAhead
+
+    reads = []
+    stream = ReadAhead(lambda k: reads.append(k) or [np.zeros(k)], depth=10, keep=keep)
+    try:
+        # two chunks on one worker, the second a layer behind the first: 1, 2, 1, 3, 2, 4, 3, ...
+        order = [1] + [j for k in range(2, 11) for j in (k, k - 1)] + [10]
+        for k in order:
+            assert stream.layer(k)[0].size == k  # always the layer asked for
+        for fut in list(stream._cache.values()):
+            fut.result()  # (one reading thread, first in first out: every read asked for is done)
+        if keep >= 3:  # the layer behind the front is still there: every layer read once
+            assert sorted(reads) == list(range(1, 11))
+        else:  # a window of the front (and the one read ahead): the chunk behind reads its layers again
+            assert len(reads) > 10
+        assert len(stream._cache) <= max(2, keep)  # never more than keep layers held (the front and one ahead)
+        # a new pass from the first layer starts the window again
+        assert stream.layer(1)[0].size == 1 and set(stream._cache) <= {1, 2}
+    finally:
+        stream.close()

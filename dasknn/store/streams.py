@@ -34,6 +34,7 @@ class ReadAhead:
         self._reader = read
         self._nbytes = nbytes
         self._cache: dict[int, Any] = {}  # layer -> Future of what read(k) returns
+        self._front = 0  # the furthest layer asked for in this pass
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dasknn-prefetch")
         self._lock = threading.Lock()
 
@@ -48,14 +49,21 @@ class ReadAhead:
             self._cache[k] = self._pool.submit(self._read, k)
 
     def layer(self, k: int) -> Any:
-        """Layer ``k`` (1-based); starts reading ``k + 1`` in the background."""
+        """Layer ``k`` (1-based); starts reading the one after the furthest asked for in the background.
+
+        The stream keeps the furthest layer asked for (its *front*), the one read ahead of it, and the
+        ``keep - 2`` before it, so that a chunk that runs a few layers behind another on the same worker
+        finds its layers still there. A layer before that starts the stream again from ``k``.
+        """
+        if not self._front - max(0, self.keep - 2) <= k <= self._front:
+            self._front = k  # ahead of the front, or a new pass from further back
         self._request(k)
         fut = self._cache[k]
-        # drop everything but the layer in hand and the one being read ahead
-        for old in [j for j in self._cache if j not in (k, k + 1)]:
+        low = self._front - max(0, self.keep - 2)
+        for old in [j for j in self._cache if not low <= j <= self._front + 1]:
             del self._cache[old]
         if self.keep > 1:
-            self._request(k + 1)
+            self._request(self._front + 1)
         return fut.result()
 
     def layers(self, first: int, last: int) -> Iterator[Any]:
