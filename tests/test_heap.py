@@ -73,15 +73,15 @@ def test_restored_when_the_task_raises(fake_libc, monkeypatch):
 
 @pytest.mark.skipif(heap._libc() is None, reason="glibc only")
 def test_large_arrays_stop_faulting_in_fresh_pages():
-    # the real effect, in a process started as a nanny starts a worker: page faults of 50 arrays of 16 MB
+    # the real effect, in a process started as a nanny starts a worker: page faults of 200 arrays of 1 MiB
     code = textwrap.dedent("""
         import resource, numpy as np
         from dasknn.runtime.heap import large_array_heap
 
         def faults():
             before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            for _ in range(50):
-                a = np.ones(2_000_000)
+            for _ in range(200):
+                a = np.ones(1 << 17)  # 1 MiB: over the 128 KiB mmap threshold, under a 2 MiB huge page
                 del a
             return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
@@ -94,6 +94,6 @@ def test_large_arrays_stop_faulting_in_fresh_pages():
     env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="65536")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     outside, inside, after = map(int, out.split())
-    # (ratios: how many faults an array costs depends on the kernel's page sizes)
+    # (ratios: how many faults an array costs depends on the kernel's fault-around)
     assert inside * 10 < outside  # the heap reuses one array's pages; outside, each array faults in fresh ones
     assert inside * 10 < after  # and the nanny's behaviour is back
