@@ -281,7 +281,7 @@ def test_a_calibration_task_whose_worker_dies_is_one_line_not_a_hang():
     with local_client(workers=1, threads_per_worker=1) as client:
         w = sorted(client.nthreads())
         fut = client.submit(os._exit, 1, workers=w, allow_other_workers=False, pure=False)
-        with pytest.raises(DasknnError, match="left the cluster while --mode auto measured it"):
+        with pytest.raises(DasknnError, match="a worker left the cluster while --mode auto measured it"):
             sizing._gather_pinned(client, [fut], w)
 
 

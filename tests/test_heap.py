@@ -42,6 +42,14 @@ def test_nothing_changes_where_glibc_adapts_its_thresholds(fake_libc, monkeypatc
     assert fake_libc.calls == []
 
 
+@pytest.mark.parametrize("value", ["not a number", str(2**31), "-1"])
+def test_a_threshold_mallopt_could_not_take_back_changes_nothing(fake_libc, monkeypatch, value):
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", value)
+    with heap.large_array_heap():
+        pass
+    assert fake_libc.calls == []
+
+
 def test_the_nannys_thresholds_come_back_after_the_last_block(fake_libc, monkeypatch):
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)

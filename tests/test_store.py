@@ -340,3 +340,30 @@ def test_a_stream_keeps_its_window_for_a_chunk_a_few_layers_behind(keep):
         assert stream.layer(1)[0].size == 1 and set(stream._cache) <= {1, 2}
     finally:
         stream.close()
+
+
+def test_a_stream_shared_by_two_threads_gives_each_the_layer_it_asks_for():
+    import threading
+
+    from dasknn.store.streams import ReadAhead
+
+    stream = ReadAhead(lambda k: [np.full(3, k)], depth=200, keep=3)
+    errors = []
+
+    def chunk(lag: int) -> None:
+        try:
+            for k in range(1, 201):
+                if stream.layer(max(1, k - lag))[0][0] != max(1, k - lag):
+                    errors.append(k)
+        except Exception as e:  # noqa: BLE001 - any error of one thread is the test's failure
+            errors.append(e)
+
+    threads = [threading.Thread(target=chunk, args=(lag,)) for lag in (0, 1)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        stream.close()
+    assert errors == []

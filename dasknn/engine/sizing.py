@@ -150,8 +150,8 @@ def _gather_pinned(client, futures: list, workers: list[str]) -> list:
     try:
         watch(client, futures, workers)
     except WorkersLost as e:
-        raise DasknnError(f"worker {', '.join(e.lost)} left the cluster while --mode auto measured it (out of "
-                          "memory?): give the workers more memory (--memory-limit) or choose --mode") from None
+        raise DasknnError(f"a worker left the cluster while --mode auto measured it (out of memory?): give the "
+                          f"workers more memory (--memory-limit) or choose --mode (lost: {', '.join(e.lost)})") from None
     return client.gather(futures)
 
 

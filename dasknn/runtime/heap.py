@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import os
 import threading
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ _LOCK = threading.Lock()
 _USERS = 0  # tasks inside large_array_heap in this process (a worker may run several at once)
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
     """glibc, or ``None`` on another C library (where ``mallopt``'s parameters may mean something else)."""
     name = ctypes.util.find_library("c")
@@ -56,9 +58,11 @@ def _fixed_thresholds() -> tuple[int, int] | None:
     if trim is None and mmap is None:
         return None
     try:
-        return (int(trim) if trim else DEFAULT_THRESHOLD, int(mmap) if mmap else DEFAULT_THRESHOLD)
+        values = (int(trim) if trim else DEFAULT_THRESHOLD, int(mmap) if mmap else DEFAULT_THRESHOLD)
     except ValueError:  # glibc ignores a value it cannot read, and so do we
         return None
+    # mallopt takes a C int: a value it cannot take back is one we leave alone
+    return values if all(0 <= v < 2**31 for v in values) else None
 
 
 @contextlib.contextmanager

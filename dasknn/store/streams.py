@@ -36,11 +36,12 @@ class ReadAhead:
         self._cache: dict[int, Any] = {}  # layer -> Future of what read(k) returns
         self._front = 0  # the furthest layer asked for in this pass
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dasknn-prefetch")
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the cache and the front
+        self._count_lock = threading.Lock()  # bytes_read, added to by the reading thread
 
     def _read(self, k: int) -> Any:
         out = self._reader(k)
-        with self._lock:
+        with self._count_lock:
             self.bytes_read += self._nbytes(out)
         return out
 
@@ -55,15 +56,17 @@ class ReadAhead:
         ``keep - 2`` before it, so that a chunk that runs a few layers behind another on the same worker
         finds its layers still there. A layer before that starts the stream again from ``k``.
         """
-        if not self._front - max(0, self.keep - 2) <= k <= self._front:
-            self._front = k  # ahead of the front, or a new pass from further back
-        self._request(k)
-        fut = self._cache[k]
-        low = self._front - max(0, self.keep - 2)
-        for old in [j for j in self._cache if not low <= j <= self._front + 1]:
-            del self._cache[old]
-        if self.keep > 1:
-            self._request(self._front + 1)
+        with self._lock:  # (the chunks of a worker's threads share its stream)
+            if not self._front - max(0, self.keep - 2) <= k <= self._front:
+                self._front = k  # ahead of the front, or a new pass from further back
+            self._request(k)
+            fut = self._cache[k]
+            low = self._front - max(0, self.keep - 2)
+            for old in [j for j in self._cache if not low <= j <= self._front + 1]:
+                # (not cancelled: another thread may be waiting for it)
+                del self._cache[old]
+            if self.keep > 1:
+                self._request(self._front + 1)
         return fut.result()
 
     def layers(self, first: int, last: int) -> Iterator[Any]:

@@ -168,7 +168,8 @@ def _owners(layers, partition, parts: int, path: str | None, seed: int, client) 
         from ..engine.sizing import partition_fits_worker
 
         # as inference does: a stored network is partitioned on the cluster where a worker has the memory
-        fits = partition_fits_worker(int(layers[0].shape[0]), smallest_memory_limit(workers_info(client)))
+        info = workers_info(client)
+        fits = bool(info) and partition_fits_worker(int(layers[0].shape[0]), smallest_memory_limit(info))
         return resolve_partition(path, partition, parts, seed, client if fits else None), str(partition)
     return partition_network(layers, parts, str(partition), seed=seed), str(partition)
 
