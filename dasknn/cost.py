@@ -198,8 +198,12 @@ def loop_bytes(layer_bytes: int, activation_bytes: int) -> int:
     ``activation_bytes``: its layers, and the activations about 7 times over (their draw, the loop's tiles, its
     outputs; measured on a 65,536-wide float64 layer with a 128-image tile: 0.51 GB over the process's own
     0.12 GB, of which 2 layers 0.05 GB)."""
-    layers = min(LOOP_LAYERS, max(2, LOOP_BYTES // max(1, layer_bytes)))
-    return int(layers * layer_bytes + 7 * activation_bytes)
+    return int(_loop_layers(layer_bytes) * layer_bytes + 7 * activation_bytes)
+
+
+def _loop_layers(layer_bytes: int) -> int:
+    # how many layers the loop is timed over: LOOP_LAYERS, fewer where they pass LOOP_BYTES, at least 2
+    return min(LOOP_LAYERS, max(2, LOOP_BYTES // max(1, layer_bytes)))
 
 
 def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None, part: int = 0,
@@ -243,7 +247,7 @@ def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None,
     if loop and memory is not None and loop_bytes(layer_bytes, yt.nbytes) > memory:
         loop = False  # the loop's layers and tiles would not fit beside the worker's own memory: one step's rate
     if loop:
-        last = min(store.depth, k + min(LOOP_LAYERS, max(2, LOOP_BYTES // max(1, layer_bytes))) - 1)
+        last = min(store.depth, k + _loop_layers(layer_bytes) - 1)
         layers = [block] + [_layer_arrays(store, j, dt) for j in range(k + 1, last + 1)]
         macs = _loop_macs(yt, layers, store)
         kernels.run_layers(yt[:, :1].copy(), layers[:1], store.bias, store.ymax, np.arange(1))  # code loaded
