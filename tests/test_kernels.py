@@ -117,7 +117,8 @@ def _twin_block(rng, inputs: int, sizes: list[int], entries: list[int]) -> sp.cs
 def test_twin_groups_gather_exactly_the_columns_with_the_same_inputs():
     rng = np.random.default_rng(3)
     w = _twin_block(rng, 50, [1, 2, 3, 4, 5, 9, 1, 6], [3, 3, 0, 4, 8, 1, 5, 32])
-    order, starts = cpu._twin_groups(w.indptr.astype(np.int64), w.indices, cpu.TWIN_MIN_IMAGES)
+    everything = np.arange(w.shape[1])
+    order, starts = cpu._twin_groups(w.indptr.astype(np.int64), w.indices, cpu.TWIN_MIN_IMAGES, everything)
     assert sorted(order.tolist()) == list(range(w.shape[1]))  # a permutation of the columns
     pattern = [tuple(w.indices[w.indptr[j]:w.indptr[j + 1]]) for j in range(w.shape[1])]
     groups = [order[starts[g]:starts[g + 1]] for g in range(starts.size - 1)]
@@ -125,8 +126,46 @@ def test_twin_groups_gather_exactly_the_columns_with_the_same_inputs():
     assert all(len({pattern[j] for j in g}) == 1 for g in groups)  # twins only
     assert len(groups) == len(set(pattern))  # all of them: one group per distinct pattern
     # a narrow batch is not worth the search: every column a group of its own, in order
-    order, starts = cpu._twin_groups(w.indptr.astype(np.int64), w.indices, cpu.TWIN_MIN_IMAGES - 1)
+    order, starts = cpu._twin_groups(w.indptr.astype(np.int64), w.indices, cpu.TWIN_MIN_IMAGES - 1, everything)
     assert order.tolist() == list(range(w.shape[1])) and starts.tolist() == list(range(w.shape[1] + 1))
+    # a subset of the columns: exactly those, grouped as the whole block groups them
+    some = everything[rng.random(w.shape[1]) < 0.5]
+    order, starts = cpu._twin_groups(w.indptr.astype(np.int64), w.indices, cpu.TWIN_MIN_IMAGES, some)
+    assert sorted(order.tolist()) == some.tolist()
+    groups = [order[starts[g]:starts[g + 1]] for g in range(starts.size - 1)]
+    assert all(len({pattern[j] for j in g}) == 1 for g in groups)
+    assert len(groups) == len({pattern[j] for j in some})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("images", [1, 130, 700])  # one tile without twins, one with; 3,000 inputs: several tiles
+@pytest.mark.parametrize("inputs", [96, 3000])
+@pytest.mark.parametrize("received", [0, 9])
+@pytest.mark.parametrize("share", [0.0, 0.3, 1.0])
+def test_layer_step_in_two_column_sets_writes_what_one_step_writes(dtype, images, inputs, received, share):
+    # model mode computes the outputs other parts wait for first and the rest after, into one block: the two
+    # calls together must give the whole step's numbers to the bit, and neither may touch the other's rows
+    rng = np.random.default_rng(images + received)
+    w = _twin_block(rng, inputs + received, [1, 3, 4, 5, 8, 11, 2], [6, 6, 7, 32, 1, 4, 9]).astype(dtype)
+    x = ((rng.random((images, inputs + received)) < 0.6) * rng.random((images, inputs + received)) * 8).astype(dtype)
+    yt, extra = np.ascontiguousarray(x.T[:inputs]), (np.ascontiguousarray(x.T[inputs:]) if received else None)
+    whole = kernels.layer_step(yt, w.indptr, w.indices, w.data, -0.3, 4.0, extra=extra)
+    np.testing.assert_array_equal(whole, reference.layer_step(sp.csr_matrix(x), w, -0.3, 4.0).toarray().T)
+    first = np.flatnonzero(rng.random(w.shape[1]) < share)
+    rest = np.setdiff1d(np.arange(w.shape[1]), first)
+    out = np.full((w.shape[1], images), np.nan, dtype=dtype)
+    kernels.layer_step(yt, w.indptr, w.indices, w.data, -0.3, 4.0, extra=extra, columns=first, out=out)
+    assert np.isnan(out[rest]).all()  # the rest untouched
+    np.testing.assert_array_equal(out[first], whole[first])
+    got = kernels.layer_step(yt, w.indptr, w.indices, w.data, -0.3, 4.0, extra=extra, columns=rest, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, whole)
+
+
+def test_layer_step_refuses_an_output_of_the_wrong_shape():
+    w = sp.random(8, 5, density=0.5, format="csc", random_state=0)
+    with pytest.raises(ValueError, match="shape"):
+        kernels.layer_step(np.ones((8, 3)), w.indptr, w.indices, w.data, -0.3, 4.0, out=np.empty((5, 4)))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

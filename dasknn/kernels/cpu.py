@@ -51,26 +51,30 @@ GROUP_LAYERS = 16
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _twin_groups(indptr, indices, images):  # pragma: no cover - compiled
-    # the block's columns ordered so that twins (columns with the same inputs in the same order) are adjacent:
-    # returns (order, starts), group g being columns order[starts[g]:starts[g + 1]], ascending within a group.
-    # Below TWIN_MIN_IMAGES images every column is a group of its own: finding twins would cost more than they save
-    n = indptr.size - 1
+def _twin_groups(indptr, indices, images, columns):  # pragma: no cover - compiled
+    # the block's ``columns`` (ascending) ordered so that twins (columns with the same inputs in the same order)
+    # are adjacent: returns (order, starts), group g being columns order[starts[g]:starts[g + 1]], ascending
+    # within a group. Below TWIN_MIN_IMAGES images every column is a group of its own: finding twins would cost
+    # more than they save
+    n = columns.size
     if images < TWIN_MIN_IMAGES:
-        return np.arange(n), np.arange(n + 1)
+        return columns.copy(), np.arange(n + 1)
     keys = np.empty(n, dtype=np.uint64)
-    for j in range(n):
+    for c in range(n):
+        j = columns[c]
         h = np.uint64(14695981039346656037) ^ np.uint64(indptr[j + 1] - indptr[j])
         for p in range(indptr[j], indptr[j + 1]):
             h = (h ^ np.uint64(indices[p])) * np.uint64(1099511628211)
-        keys[j] = h
-    order = np.argsort(keys, kind="mergesort")
+        keys[c] = h
+    by_key = np.argsort(keys, kind="mergesort")
+    order = columns[by_key]
     starts = np.empty(n + 1, dtype=np.int64)
     groups = 0
     head = -1
     for c in range(n):
         j = order[c]
-        same = head >= 0 and keys[j] == keys[head] and indptr[j + 1] - indptr[j] == indptr[head + 1] - indptr[head]
+        same = (head >= 0 and keys[by_key[c]] == keys[by_key[starts[groups - 1]]]
+                and indptr[j + 1] - indptr[j] == indptr[head + 1] - indptr[head])
         if same:  # equal keys: compare the inputs themselves (a collision starts a group of its own)
             a, b = indptr[j], indptr[head]
             for q in range(indptr[j + 1] - a):
@@ -146,11 +150,27 @@ def _sum_one(src, dst, t, j, p, end, indices, data):  # pragma: no cover - compi
         p += 1
 
 
-@numba.njit(cache=True, nogil=True, boundscheck=False)
-def _sum_tile(src, dst, t, indptr, indices, data, order, starts, bias, ymax, live):  # pragma: no cover - compiled
-    # dst[j, b] = h(sum_p data[p] * src[indices[p], b]) for the block's columns j and the tile's t images, twins
-    # (order, starts: _twin_groups) four at a time; live[b] is set when any output of image b is nonzero
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _clamp_row(dst, j, t, bias, ymax, live):  # pragma: no cover - compiled
+    # the rule on a summed row: the bias goes to nonzeros only, then ReLU and the clamp; branch-free, so that it
+    # vectorises. live[b] is set when the output of image b is nonzero
     zero = dst.dtype.type(0)
+    for b in range(t):
+        v = dst[j, b]
+        u = v + bias
+        u = u if u > zero else zero
+        u = u if u < ymax else ymax
+        u = u if v != zero else zero
+        dst[j, b] = u
+        live[b] = live[b] | (u != zero)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _sum_tile(src, dst, t, indptr, indices, data, columns, order, starts, bias, ymax,
+              live):  # pragma: no cover - compiled
+    # dst[j, b] = h(sum_p data[p] * src[indices[p], b]) for the block's columns j (ascending) and the tile's t
+    # images, twins (order, starts: _twin_groups of columns) four at a time; live[b] is set when any output of
+    # image b is nonzero
     for b in range(t):
         live[b] = False
     for g in range(starts.size - 1):
@@ -164,16 +184,9 @@ def _sum_tile(src, dst, t, indptr, indices, data, order, starts, bias, ymax, liv
             j = order[c]
             _sum_one(src, dst, t, j, indptr[j], indptr[j + 1], indices, data)
             c += 1
-    for j in range(indptr.size - 1):
-        for b in range(t):
-            # branch-free, so that it vectorises: the bias goes to nonzeros only, then ReLU and the clamp
-            v = dst[j, b]
-            u = v + bias
-            u = u if u > zero else zero
-            u = u if u < ymax else ymax
-            u = u if v != zero else zero
-            dst[j, b] = u
-            live[b] = live[b] | (u != zero)
+    # the rule after all the sums, rows in ascending order (clamped as each row was summed, the sums ran slower)
+    for c in range(columns.size):
+        _clamp_row(dst, columns[c], t, bias, ymax, live)
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -188,13 +201,15 @@ def _pack_tile(yt, extra, split, rows, b0, t, buf):  # pragma: no cover - compil
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _layer_step_numba(yt, extra, split, rows, indptr, indices, data, bias, ymax, out, tile):  # pragma: no cover
+def _layer_step_numba(yt, extra, split, rows, indptr, indices, data, bias, ymax, out, tile,
+                      columns):  # pragma: no cover - compiled
+    # out[j] for the block's columns j in columns (ascending); out's other rows are left as they are
     nb = yt.shape[1]
     live = np.empty(min(tile, nb), dtype=np.bool_)
-    order, starts = _twin_groups(indptr, indices, nb)
+    order, starts = _twin_groups(indptr, indices, nb, columns)
     if nb <= tile and rows == split:
         # one tile, no received rows: yt already is a contiguous tile (a training batch, a small chunk)
-        _sum_tile(yt, out, nb, indptr, indices, data, order, starts, bias, ymax, live)
+        _sum_tile(yt, out, nb, indptr, indices, data, columns, order, starts, bias, ymax, live)
         return
     # buffers no wider than the batch: a fresh megabyte per call costs page faults a small batch notices
     buf = np.empty((rows, min(tile, nb)), dtype=yt.dtype)
@@ -202,9 +217,9 @@ def _layer_step_numba(yt, extra, split, rows, indptr, indices, data, bias, ymax,
     for b0 in range(0, nb, tile):
         t = min(tile, nb - b0)
         _pack_tile(yt, extra, split, rows, b0, t, buf)
-        _sum_tile(buf, sums, t, indptr, indices, data, order, starts, bias, ymax, live)
+        _sum_tile(buf, sums, t, indptr, indices, data, columns, order, starts, bias, ymax, live)
         if nb > tile:  # the sums go to the tile's columns of out (written in place they ran slower)
-            for j in range(out.shape[0]):
+            for j in columns:
                 for b in range(t):
                     out[j, b0 + b] = sums[j, b]
 
@@ -237,6 +252,7 @@ def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, orders
     dst = np.empty((rows, tile), dtype=yt.dtype)
     live = np.empty(tile, dtype=np.bool_)
     tile_ids = np.empty(tile, dtype=ids.dtype)
+    everything = np.arange(rows)  # a layer's columns: its first indptr.size - 1
     total = 0
     for b0 in range(0, yt.shape[1], tile):
         t = min(tile, yt.shape[1] - b0)
@@ -248,7 +264,8 @@ def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, orders
             e0, e1 = entry_starts[k], entry_starts[k + 1]
             order = orders[ptr_starts[k] - k:ptr_starts[k + 1] - k - 1]
             starts = group_starts[twin_starts[k]:twin_starts[k + 1]]
-            _sum_tile(src, dst, t, indptr, indices[e0:e1], data[e0:e1], order, starts, bias, ymax, live)
+            _sum_tile(src, dst, t, indptr, indices[e0:e1], data[e0:e1], everything[:indptr.size - 1], order, starts,
+                      bias, ymax, live)
             width = indptr.size - 1
             t = _squeeze(dst, width, t, live, tile_ids)
             src, dst = dst, src
@@ -273,7 +290,7 @@ def tile_for(inputs: int, itemsize: int = 4) -> int:
 
 def layer_step_numpy(
     yt: np.ndarray, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, bias: float, ymax: float,
-    extra: np.ndarray | None = None,
+    extra: np.ndarray | None = None, columns: np.ndarray | None = None, out: np.ndarray | None = None,
 ) -> np.ndarray:
     """One fused layer on the CPU: ``h(W_block^T @ yt)`` for the block's output neurons.
 
@@ -288,22 +305,32 @@ def layer_step_numpy(
     extra
         More input rows (same images and dtype): index ``yt.shape[0] + r`` of ``indices`` reads ``extra[r]``.
         Model mode passes the rows received from other parts here; they are read tile by tile with ``yt``'s.
+    columns
+        Compute only these columns of the block (ascending): row ``j`` of the result for each ``j`` in
+        ``columns``. Model mode computes the outputs other parts wait for first, the rest after.
+    out
+        Where to write (``outputs x images``, C-contiguous, ``yt``'s dtype); its rows outside ``columns`` are
+        left as they are. A new array when None.
 
     Returns
     -------
     numpy.ndarray
-        ``outputs x images`` activations of the same dtype.
+        ``outputs x images`` activations of the same dtype (``out`` when given).
     """
     dtype = yt.dtype
     yt = np.ascontiguousarray(yt)
     extra = yt if extra is None else np.ascontiguousarray(extra, dtype=dtype)
-    out = np.empty((indptr.size - 1, yt.shape[1]), dtype=dtype)
-    if yt.shape[1] and out.shape[0]:
+    if out is None:
+        out = np.empty((indptr.size - 1, yt.shape[1]), dtype=dtype)
+    elif out.shape != (indptr.size - 1, yt.shape[1]) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {dtype} array of shape {(indptr.size - 1, yt.shape[1])}")
+    columns = np.arange(out.shape[0]) if columns is None else np.asarray(columns, dtype=np.int64)
+    if yt.shape[1] and columns.size:
         rows = yt.shape[0] + (0 if extra is yt else extra.shape[0])
         _layer_step_numba(yt, extra, yt.shape[0], rows, indptr, indices, data.astype(dtype, copy=False),
-                          dtype.type(bias), dtype.type(ymax), out, tile_for(rows, dtype.itemsize))
-    elif out.size:
-        out[:] = 0
+                          dtype.type(bias), dtype.type(ymax), out, tile_for(rows, dtype.itemsize), columns)
+    elif columns.size:
+        out[columns] = 0
     return out
 
 
@@ -377,7 +404,8 @@ def _concatenated(group: list, dtype: np.dtype, images: int) -> tuple[np.ndarray
     entry_starts[1:] = np.cumsum([ix.size for _, ix, _ in group])
     indices = np.concatenate([np.asarray(ix, dtype=np.int64) for _, ix, _ in group])
     data = np.concatenate([np.asarray(d, dtype=dtype) for _, _, d in group])
-    twins = [_twin_groups(p, indices[entry_starts[k]:entry_starts[k + 1]], images) for k, p in enumerate(indptrs)]
+    twins = [_twin_groups(p, indices[entry_starts[k]:entry_starts[k + 1]], images, np.arange(p.size - 1))
+             for k, p in enumerate(indptrs)]
     twin_starts = np.zeros(len(group) + 1, dtype=np.int64)
     twin_starts[1:] = np.cumsum([s.size for _, s in twins])
     return (np.concatenate(indptrs), ptr_starts, indices, data, entry_starts, np.concatenate([o for o, _ in twins]),
