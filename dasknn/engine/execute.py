@@ -22,7 +22,7 @@ from .exchange_plan import plan_on_workers
 from .inputs import InputSource, load_images
 from .model_mode import model_chunk
 from .owners import partition_owners
-from .sizing import sync_layers
+from .sizing import compaction_layer, sync_layers
 from .tasks import (
     LayerStreamSpec,
     PartStreamSpec,
@@ -64,6 +64,9 @@ class Job:
     #: the name of the dask.array of final activations each chunk keeps on its worker (futures in
     #: :attr:`Pass.kept`), or None
     keep: str | None = None
+    #: model mode: each layer's outputs that other parts read computed and sent first, the rest while they travel
+    #: (:func:`~dasknn.engine.model_mode.model_chunk`)
+    overlap: bool = False
 
 
 @dataclass
@@ -203,7 +206,7 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
             w = layout.members(i)[0]  # where the categories task runs
             key = model_chunk(graph, c, a, b - a, layout.members(i), outline, layout.part_of,
                               [loaded[image_keys[(c, q)]] for q in range(len(layout.members(i)))], store.depth,
-                              job.sync_every, store.bias, store.ymax, res, job.compact, job.keep)
+                              job.sync_every, store.bias, store.ymax, res, job.compact, job.keep, job.overlap)
         if job.keep:
             key, kept_keys[c] = _split_kept(graph, w, (job.keep, c, 0), key, 1 if outline is None else 2)
         result_keys[key] = c
@@ -264,17 +267,17 @@ def _grown(before: dict[str, int], after: dict[str, int]) -> int:
 
 def _plan_bytes(job: Job, outline: Outline, out: Pass) -> int:
     # what the plan says crosses: each layer's volume x the images its messages carry x the item size. The
-    # messages for layer k are packed as layer k - 1 ends, before the parts' masks of a sync layer k - 1
-    # meet, so the images that layer kills ride along once more
+    # messages for layer k + 1 are packed as layer k ends, with the images of the last compaction at or before
+    # layer k: the images a sync layer kills ride along once more (twice with overlapped steps)
     depth, total = job.store.depth, 0
     itemsize = np.dtype(job.dtype).itemsize
-    syncs = set(sync_layers(depth, job.sync_every))
+    compacting = [compaction_layer(s, job.overlap) for s in sync_layers(depth, job.sync_every, job.overlap)]
     for c, (_, alive) in out.chunks.items():
         width = job.bounds[c][1] - job.bounds[c][0]
         rounds = iter(alive)
         for k in range(1, depth + 1):
             total += outline.volume(k) * width * itemsize
-            if k - 1 in syncs:
+            if k in compacting:
                 width = next(rounds)
     return total
 

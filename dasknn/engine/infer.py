@@ -100,6 +100,7 @@ def infer(
     activations: bool = False,
     plan_store: str | os.PathLike[str] | None = None,
     keep_activations: bool = False,
+    overlap: bool | None = None,
 ) -> InferenceResult:
     """Run batch inference of a stored network on stored inputs, on a Dask cluster.
 
@@ -170,6 +171,11 @@ def infer(
     keep_activations
         Keep each chunk's final activations on its worker: the result's ``activations`` is then a dask.array of
         them (images x neurons, chunked like the chunks).
+    overlap
+        Model and hybrid modes: each part computes the outputs other parts read next first and sends them, then
+        the rest while they travel, so no part waits for another's whole layer (two tasks per part and layer).
+        By default on the CPU where ``sync_every`` is at least 2 (the masks then arrive two layers on); off on
+        GPUs, whose layers take less time than the extra task costs.
     """
     path, store, source, count = _checked(network, inputs, images, dtype, sync_every, activations, results,
                                           messages, backend, chunks, resume and keep_activations)
@@ -180,7 +186,7 @@ def infer(
                          chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
                          resident=resident, keep_layers=keep_layers, results=results, resume=resume,
                          progress=progress, messages=messages, explain=explain, activations=activations,
-                         plan_store=plan_store, keep_activations=keep_activations)
+                         plan_store=plan_store, keep_activations=keep_activations, overlap=overlap)
 
     workers, threads, memory = _cluster(client)
     # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
@@ -221,7 +227,8 @@ def infer(
               keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
               results=results, activations=activations, bounds=bounds, partition=partition, progress=progress,
               plan_store=None if plan_store is None else str(Path(plan_store).resolve()), keep=f"activations-{uuid.uuid4().hex[:8]}" if keep_activations else None,
-              partition_on_cluster=partition_fits_worker(store.neurons, memory))
+              partition_on_cluster=partition_fits_worker(store.neurons, memory),
+              overlap=(backend == "cpu" and sync_every >= 2) if overlap is None else overlap)
     check_memory(store, dtype, resident, keep_layers, g, memory, max(b - a for a, b in bounds))
     todo = [c for c in range(len(bounds)) if c not in done]
     runs = _run_recovering(client, job, workers, mode, group_size, todo)

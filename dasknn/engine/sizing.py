@@ -39,9 +39,24 @@ def chunk_bounds(images: int, chunks: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
-def sync_layers(depth: int, sync_every: int) -> list[int]:
-    """Layers after which model-mode parts exchange alive masks and drop dead images (always the last)."""
-    return sorted(set(range(sync_every, depth + 1, sync_every)) | {depth})
+def sync_layers(depth: int, sync_every: int, overlap: bool = False) -> list[int]:
+    """Layers after which model-mode parts exchange alive masks and drop dead images (always the last).
+
+    Overlapped steps (``overlap``) drop them two layers after the sync layer (:func:`compaction_layer`), so a sync
+    layer must come at least two after the one before it: one closer to the next is left out.
+    """
+    layers = sorted(set(range(sync_every, depth + 1, sync_every)) | {depth})
+    kept: list[int] = []
+    for k in reversed(layers):
+        if not kept or kept[-1] - k >= compaction_layer(0, overlap):
+            kept.append(k)
+    return kept[::-1]
+
+
+def compaction_layer(k: int, overlap: bool) -> int:
+    """The layer whose step drops the images that died by sync layer ``k``: the next one, or with overlapped steps
+    (whose masks come from the other parts' second halves, done by then) the one after."""
+    return k + (2 if overlap else 1)
 
 
 def memory_need(store, dtype: str, resident: bool, keep_layers: int, g: int, width: int) -> tuple[float, ...]:

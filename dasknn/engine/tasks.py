@@ -63,9 +63,12 @@ class ResultSpec:
 class StepSpec:
     """What one model-mode step knows before it runs: part ``held[2]``'s layer ``k`` of chunk ``held[1]``.
 
-    ``others`` are the senders of its inbox, in order; ``recipients`` the parts it sends to for layer ``k + 1``;
-    ``sync`` says whether the parts exchange alive masks after it; ``final`` whether it is the last layer, when
-    it returns its block too if ``with_block``; ``compact`` picks the messages' form.
+    ``others`` are the senders of its inbox's messages, in order; ``masked`` how many inbox entries after those
+    only carry other parts' alive masks (overlapped steps get the masks of a sync layer two layers on, from the
+    other parts' :func:`step_rest`); ``recipients`` the parts it sends to for layer ``k + 1``; ``sync`` says
+    whether the parts exchange alive masks after it; ``final`` whether it is the last layer, when it returns its
+    block too if ``with_block``; ``compact`` picks the messages' form. With ``split`` the step computes only the
+    outputs the recipients wait for and sends them; :func:`step_rest` computes the others after.
     """
 
     k: int
@@ -78,6 +81,8 @@ class StepSpec:
     final: bool
     with_block: bool
     compact: bool
+    split: bool = False
+    masked: int = 0
 
 
 def load_all_layers(path: str, dtype: str, backend: str) -> list[Block]:
@@ -248,34 +253,70 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
 
     The block comes from ``images`` (layer 1) or from what this worker holds (``after``, this part's previous step,
     orders the tasks). ``inbox`` holds the outputs of parts ``spec.others`` for the previous layer, each
-    ``(alive mask or None, {part: message})``: their rows this part reads, and, after a sync layer, their masks.
-    Returns ``(mask or None, {recipient: message})``, or, after the last layer, ``(masks, block or None)``.
+    ``(alive mask or None, {part: message})``: their rows this part reads, and, after a sync layer, their masks
+    (or, ``spec.masked`` of them after those, the masks alone). Returns ``(mask or None, {recipient: message})``,
+    or, after the last layer, ``(masks, block or None)``. With ``spec.split`` it computes only the outputs the
+    messages carry, and holds its inputs for :func:`step_rest`.
     """
     k = spec.k
-    block, masks = (images, []) if k == 1 else _held_block(spec)
+    block, masks = (images, []) if k == 1 else _held_block(spec, k - 1)
     pl, (indptr, indices, data) = _part_layer(part, k)
+    messages, carriers = inbox[:len(spec.others)], inbox[len(spec.others):] if spec.masked else inbox
     keep = None
-    if k > 1 and inbox and inbox[0][0] is not None:
-        # the previous layer was a sync layer: every part compacts by the union of all parts' masks
-        keep = _dropped([masks[-1]] + [mask for mask, _ in inbox])
+    if k > 1 and carriers and carriers[0][0] is not None:
+        # a sync layer's masks arrived: every part compacts by the union of all parts' masks
+        keep = _dropped([masks[-1]] + [mask for mask, _ in carriers])
     if keep is not None:
         block = block[:, keep]
-    recv = _received(pl, block, keep, spec.others, inbox, spec.held[2])
-    block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv)
+    recv = _received(pl, block, keep, spec.others, messages, spec.held[2])
+    if not spec.split:
+        block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv)
+        return _stepped(part, spec, block, masks)
+    sent = _sent_rows(part, k + 1)
+    out = kernels.empty_like_kind(block, (indptr.size - 1, block.shape[1]))
+    kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv, columns=sent, out=out)
+    rest = np.setdiff1d(np.arange(indptr.size - 1), sent, assume_unique=True)
+    _HELD[spec.held] = [k, out, masks, (block, recv, rest)]  # what step_rest needs: the inputs, the columns
+    return None, _pack(part, k + 1, out, spec.recipients, spec.held[0], spec.compact)
+
+
+def step_rest(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, front: tuple) -> tuple:
+    """The outputs of part ``spec.held[2]``'s layer ``spec.k`` that its :func:`step` (``front``, which orders the
+    tasks) left for later: computed while the messages that step sent travel. Returns ``(mask or None, {})``: after
+    a sync layer, the part's alive mask, which the other parts compact by two layers on."""
+    state = _HELD.get(spec.held)
+    if state is None or state[0] != spec.k or len(state) < 4:
+        raise DasknnError(f"model mode: part {spec.held[2]} expected the start of its layer {spec.k} on this "
+                          "worker (a task ran twice or out of order)")
+    k, out, masks, (block, recv, rest) = state
+    _, (indptr, indices, data) = _part_layer(part, k)
+    kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv, columns=rest, out=out)
+    return _stepped(part, spec, out, masks, send=False)
+
+
+def _stepped(part, spec: StepSpec, block, masks: list, send: bool = True) -> tuple:
+    # after a layer: the mask of a sync layer, the block held for the next step (or returned by the last), and
+    # (send) the messages for the next layer
     if spec.sync:
         masks = masks + [kernels.alive(block)]
     if spec.final:
         return masks, block if spec.with_block else None
-    _HELD[spec.held] = [k, block, masks]
-    return (masks[-1] if spec.sync else None), _pack(part, k + 1, block, spec.recipients, spec.held[0],
-                                                     spec.compact)
+    _HELD[spec.held] = [spec.k, block, masks]
+    mask = masks[-1] if spec.sync else None
+    return mask, (_pack(part, spec.k + 1, block, spec.recipients, spec.held[0], spec.compact) if send else {})
 
 
-def _held_block(spec: StepSpec) -> tuple:
-    # the part's block and masks after its previous layer, held on this worker since its previous step
+def _sent_rows(part, k: int) -> np.ndarray:
+    # the rows of the part's block (its outputs of layer k - 1) that any other part reads in layer k, ascending
+    send = _part_layer(part, k)[0].send
+    return np.unique(np.concatenate(list(send.values()))) if send else np.empty(0, dtype=np.int64)
+
+
+def _held_block(spec: StepSpec, k: int) -> tuple:
+    # the part's block and masks after its layer k, held on this worker since its previous step
     state = _HELD.pop(spec.held, None)
-    if state is None or state[0] != spec.k - 1:
-        raise DasknnError(f"model mode: part {spec.held[2]} expected its layer {spec.k - 1} on this worker, found "
+    if state is None or state[0] != k or len(state) != 3:
+        raise DasknnError(f"model mode: part {spec.held[2]} expected its layer {k} on this worker, found "
                           f"{'none' if state is None else state[0]} (a task ran twice or out of order)")
     return state[1], state[2]
 
