@@ -48,6 +48,7 @@ def infer(
     explain: bool = False,
     activations: bool = False,
     plan_store: str | os.PathLike[str] | None = None,
+    overlap: bool = False,
     tmpdir: str | os.PathLike[str] | None = None,
 ) -> InferenceResult:
     """Run a sparse network on a batch of images on a Dask cluster; return the categories (0-based).
@@ -85,7 +86,7 @@ def infer(
         (images x neurons, chunked like the batch's rows, each chunk dense NumPy rows, dead images all zero),
         persisted on the workers, so it composes with ``dask.array`` code and ``to_zarr``. Needs ``client``
         (a cluster started for the call would take them with it).
-    partition, group_size, chunks, segment, sync_every, backend, resident, keep_layers, results, resume, progress, messages, explain, activations, plan_store
+    partition, group_size, chunks, segment, sync_every, backend, resident, keep_layers, results, resume, progress, messages, explain, activations, plan_store, overlap
         As in :func:`dasknn.engine.infer` (``chunks`` is fixed by a dask.array's row chunks).
     tmpdir
         Where temporary stores are written (the system's temporary folder by default).
@@ -117,7 +118,7 @@ def infer(
                      chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
                      resident=resident, keep_layers=keep_layers, results=results, resume=resume, progress=progress,
                      messages=messages, explain=explain, activations=activations, plan_store=plan_store,
-                     keep_activations=keep_activations)
+                     keep_activations=keep_activations, overlap=overlap)
         expected = _truth(truth, stored, dtype)
     if expected is not None:
         expected = expected[expected < result.images]

@@ -73,24 +73,28 @@ def test_model_mode_transfers_match_the_plan(client, slice_store, slice_truth, p
         assert sum(result.message_bytes) < 0.5 * result.plan_bytes
 
 
-@pytest.mark.parametrize(("workers", "partition", "sync_every", "chunks"),
-                         [(2, "random", 2, 2), (2, "block", 5, 1), (2, "random", 11, 3), (4, "random", 3, 1)])
+@pytest.mark.parametrize(("workers", "partition", "sync_every", "chunks", "resident"),
+                         [(2, "random", 2, 2, True), (2, "block", 5, 1, False), (2, "random", 11, 3, True),
+                          (4, "random", 3, 1, True)])
 def test_overlapped_steps_give_the_lockstep_numbers(request, slice_store, slice_truth, workers, partition,
-                                                   sync_every, chunks):
+                                                   sync_every, chunks, resident):
     # each part computes and sends the outputs others read first, the rest after, and drops dead images two layers
     # after a sync layer: the categories and every final activation are those of the steps in lockstep, and the
     # messages are still what the plan says (sync_every 11 on 12 layers: layer 11 is left out, too near the last)
     client = request.getfixturevalue({2: "client", 4: "client4"}[workers])
     run = dict(client=client, mode="model", partition=partition, sync_every=sync_every, chunks=chunks,
-               dtype="float64", keep_activations=True)
+               dtype="float64", keep_activations=True, resident=resident)
     lockstep = engine.infer(slice_store, overlap=False, **run)
     overlapped = engine.infer(slice_store, overlap=True, **run)
     np.testing.assert_array_equal(overlapped.categories, slice_truth)
     np.testing.assert_array_equal(lockstep.categories, slice_truth)
     np.testing.assert_array_equal(overlapped.activations.compute(), lockstep.activations.compute())
-    assert overlapped.tasks > lockstep.tasks  # the second halves
+    # the second halves: one more task per part and layer but the last
+    assert overlapped.tasks - lockstep.tasks == chunks * workers * 11
     assert sum(overlapped.dense_message_bytes) == overlapped.plan_bytes
     assert overlapped.plan_bytes >= lockstep.plan_bytes  # the dead ride one layer longer
+    # streamed: the second halves compute from the layer the first read, not from the store again
+    assert overlapped.bytes_read == lockstep.bytes_read
 
 
 def test_four_parts_pick_each_recipients_share(client4, slice_store, slice_truth):
@@ -127,14 +131,12 @@ def test_task_keys_name_layer_part_and_chunk(client, slice_store):
     keys = {t["key"] for t in ts.data}
     assert any(k.startswith("spmm-l12-p1-c1-") for k in keys)
     assert any(k.startswith("send-l1-p0-to1-c0-") for k in keys)  # the input pixels' messages
-    # per chunk and part: two tasks per layer but the last (the outputs others read, packed and sent; then the
-    # rest, overlapped), and the input pixels' messages; then the chunks' categories, each part's images of each
-    # chunk, each part's weights, and each part's exchange plan (made on the part's worker)
-    assert any(k.startswith("spmm-rest-l11-p1-c1-") for k in keys)
-    assert not any(k.startswith("spmm-rest-l12-") for k in keys)  # the last layer sends nothing: one task
-    assert len(keys) == 2 * 2 * (12 + 11 + 1) + 2 + 2 * 2 + 2 + 2
+    # per chunk and part: one task per layer (a step packs its own messages), and the input pixels' messages;
+    # then the chunks' categories, each part's images of each chunk, each part's weights, and each part's exchange
+    # plan (made on the part's worker)
+    assert len(keys) == 2 * 2 * (12 + 1) + 2 + 2 * 2 + 2 + 2
     assert any(k.startswith("plan-g0-p1-") for k in keys)
-    workers = {t["worker"] for t in ts.data if t["key"].startswith(("spmm-l5-p1-", "spmm-rest-l5-p1-"))}
+    workers = {t["worker"] for t in ts.data if t["key"].startswith("spmm-l5-p1-")}
     assert len(workers) == 1  # part 1 is pinned to one worker
 
 

@@ -91,7 +91,8 @@ def run_infer(args: argparse.Namespace, client) -> int:
                                       backend="gpu" if args.gpu else "cpu", resident=args.resident,
                                       keep_layers=args.keep_layers, results=args.results, resume=args.resume,
                                       progress=progress, messages=args.messages, explain=args.explain,
-                                      activations=args.activations, plan_store=args.plan_store)
+                                      activations=args.activations, plan_store=args.plan_store,
+                                      overlap=args.overlap)
         finally:
             bar.close()
     cats = result.categories
@@ -165,6 +166,9 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--segment", type=int, help="data mode: layers per task (default: all)")
     f.add_argument("--sync-every", type=int, default=2,
                    help="model mode: layers between exchanges of alive masks that drop dead images (default 2)")
+    f.add_argument("--overlap", action="store_true",
+                   help="model mode, CPU: each part computes and sends the outputs others read first, the rest while "
+                        "they travel (two tasks per part and layer; default: one, in lockstep)")
     f.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="arithmetic (default float64, in which the published truth is exact; float32 is faster and "
                         "may flip an image that sits on the threshold)")

@@ -12,7 +12,8 @@ partitioned over the workers of a group:
   output is the task's result, so Dask moves it worker to worker to the tasks that depend on it (the layer's
   first messages come from ``send-l1-p{p}-to{q}-c{c}``; with more than two parts, ``send-l{k}-p{p}-to{q}-c{c}``
   tasks pick each recipient's share). Tasks are pinned to workers, so those messages are the only activation
-  traffic.
+  traffic. With ``overlap`` (CPU, off by default) each layer but the last is two tasks: ``spmm-l{k}-p{q}-c{c}``
+  computes and sends only the rows others read, ``spmm-rest-l{k}-p{q}-c{c}`` the rest while they travel.
 * ``hybrid``: groups of ``group_size`` workers, each a model-mode group on its own chunks.
 
 Dead images (all-zero activations can never come back) are dropped: in data mode inside the segment task, in

@@ -100,7 +100,7 @@ def infer(
     activations: bool = False,
     plan_store: str | os.PathLike[str] | None = None,
     keep_activations: bool = False,
-    overlap: bool | None = None,
+    overlap: bool = False,
 ) -> InferenceResult:
     """Run batch inference of a stored network on stored inputs, on a Dask cluster.
 
@@ -173,9 +173,10 @@ def infer(
         them (images x neurons, chunked like the chunks).
     overlap
         Model and hybrid modes: each part computes the outputs other parts read next first and sends them, then
-        the rest while they travel, so no part waits for another's whole layer (two tasks per part and layer).
-        By default on the CPU where ``sync_every`` is at least 2 (the masks then arrive two layers on); off on
-        GPUs, whose layers take less time than the extra task costs.
+        the rest while they travel, so no part waits for another's whole layer (two tasks per part and layer;
+        CPU only; sync layers then at least 2 apart, their masks arriving two layers on). Off by default: on a
+        streamed 65,536-wide network it ran slower, its layer reads no longer hidden in the parts' waits
+        (BENCHMARKS.md).
     """
     path, store, source, count = _checked(network, inputs, images, dtype, sync_every, activations, results,
                                           messages, backend, chunks, resume and keep_activations)
@@ -188,6 +189,9 @@ def infer(
                          progress=progress, messages=messages, explain=explain, activations=activations,
                          plan_store=plan_store, keep_activations=keep_activations, overlap=overlap)
 
+    if overlap and backend != "cpu":
+        raise DasknnError("overlap splits each layer's kernel by columns, which only the CPU kernel does: "
+                          "leave it off with backend='gpu'")
     workers, threads, memory = _cluster(client)
     # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
     weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
@@ -228,7 +232,7 @@ def infer(
               results=results, activations=activations, bounds=bounds, partition=partition, progress=progress,
               plan_store=None if plan_store is None else str(Path(plan_store).resolve()), keep=f"activations-{uuid.uuid4().hex[:8]}" if keep_activations else None,
               partition_on_cluster=partition_fits_worker(store.neurons, memory),
-              overlap=(backend == "cpu" and sync_every >= 2) if overlap is None else overlap)
+              overlap=overlap)
     check_memory(store, dtype, resident, keep_layers, g, memory, max(b - a for a, b in bounds))
     todo = [c for c in range(len(bounds)) if c not in done]
     runs = _run_recovering(client, job, workers, mode, group_size, todo)
