@@ -3,7 +3,7 @@
 Usage (from the repository root)::
 
     python benchmarks/bench_task_stream.py STORE --mode model [--images 500] [--chunks 2] [--keep-layers 3] \\
-        [--memory-limit 2GB]
+        [--memory-limit 2GB] [--overlap]
 
 One untimed run of 100 images loads the code (and computes the partition, kept in the store). Then a timed run
 of ``--images`` images, out of core, under ``distributed.get_task_stream``. It prints the run's seconds, the bytes
@@ -32,8 +32,11 @@ def main() -> None:
     ap.add_argument("--keep-layers", type=int, default=2)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--memory-limit", default="2GB")
+    ap.add_argument("--overlap", action="store_true", help="model mode: overlapped steps (infer(overlap=True))")
     args = ap.parse_args()
     run = dict(mode=args.mode, resident=False, chunks=args.chunks, keep_layers=args.keep_layers)
+    if args.overlap:
+        run["overlap"] = True
     with local_client(workers=args.workers, threads_per_worker=1, memory_limit=args.memory_limit) as client:
         engine.infer(args.store, client=client, images=100, **run)  # untimed: code loaded, partition kept
         with get_task_stream(client) as ts:
@@ -46,7 +49,7 @@ def main() -> None:
         for s in rec["startstops"]:
             spent[(key.split("-")[0], s["action"])][0] += 1
             spent[(key.split("-")[0], s["action"])][1] += s["stop"] - s["start"]
-    print(f"{args.mode} mode, {args.images} images, {r.chunks} chunk(s), keep {args.keep_layers}: {r.seconds:.1f} s "
+    print(f"{args.mode} mode{' (overlap)' if args.overlap else ''}, {args.images} images, {r.chunks} chunk(s), keep {args.keep_layers}: {r.seconds:.1f} s "
           f"({wall:.1f} s in all) on {args.workers} workers, {r.bytes_read / 1e9:.2f} GB read")
     print("| task | action | count | seconds (all workers) |")
     print("|---|---|--:|--:|")
