@@ -160,12 +160,24 @@ def test_layer_step_in_two_column_sets_writes_what_one_step_writes(dtype, images
     got = kernels.layer_step(yt, w.indptr, w.indices, w.data, -0.3, 4.0, extra=extra, columns=rest, out=out)
     assert got is out
     np.testing.assert_array_equal(out, whole)
+    # the same two sets from inputs packed once (model mode's overlapped steps)
+    tiles = kernels.tile_inputs(yt, extra)
+    assert tiles.shape[1] == inputs + received and tiles.shape[0] * tiles.shape[2] >= images
+    out = np.full((w.shape[1], images), np.nan, dtype=dtype)
+    kernels.layer_step_tiles(tiles, images, w.indptr, w.indices, w.data, -0.3, 4.0, first, out)
+    assert np.isnan(out[rest]).all()
+    np.testing.assert_array_equal(out[first], whole[first])
+    assert kernels.layer_step_tiles(tiles, images, w.indptr, w.indices, w.data, -0.3, 4.0, rest, out) is out
+    np.testing.assert_array_equal(out, whole)
 
 
 def test_layer_step_refuses_an_output_of_the_wrong_shape():
     w = sp.random(8, 5, density=0.5, format="csc", random_state=0)
     with pytest.raises(ValueError, match="shape"):
         kernels.layer_step(np.ones((8, 3)), w.indptr, w.indices, w.data, -0.3, 4.0, out=np.empty((5, 4)))
+    with pytest.raises(ValueError, match="shape"):
+        kernels.layer_step_tiles(kernels.tile_inputs(np.ones((8, 3))), 3, w.indptr, w.indices, w.data, -0.3, 4.0,
+                                 np.arange(5), np.empty((5, 4)))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

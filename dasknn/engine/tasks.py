@@ -274,10 +274,11 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
         return _stepped(part, spec, block, masks)
     sent = _sent_rows(part, k + 1)
     out = kernels.empty_like_kind(block, (indptr.size - 1, block.shape[1]))
-    kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv, columns=sent, out=out)
+    tiles = kernels.tile_inputs(block, recv)  # packed once for both halves, in place of the block and rows
+    kernels.layer_step_tiles(tiles, block.shape[1], indptr, indices, data, spec.bias, spec.ymax, sent, out)
     rest = np.setdiff1d(np.arange(indptr.size - 1), sent, assume_unique=True)
     # what step_rest needs: the inputs, the columns, the layer's block (a stream has moved on to layer k + 1)
-    _HELD[spec.held] = [k, out, masks, (block, recv, rest, (indptr, indices, data))]
+    _HELD[spec.held] = [k, out, masks, (tiles, rest, (indptr, indices, data))]
     return None, _pack(part, k + 1, out, spec.recipients, spec.held[0], spec.compact)
 
 
@@ -289,8 +290,8 @@ def step_rest(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSp
     if state is None or state[0] != spec.k or len(state) < 4:
         raise DasknnError(f"model mode: part {spec.held[2]} expected the start of its layer {spec.k} on this "
                           "worker (a task ran twice or out of order)")
-    k, out, masks, (block, recv, rest, (indptr, indices, data)) = state
-    kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv, columns=rest, out=out)
+    k, out, masks, (tiles, rest, (indptr, indices, data)) = state
+    kernels.layer_step_tiles(tiles, out.shape[1], indptr, indices, data, spec.bias, spec.ymax, rest, out)
     return _stepped(part, spec, out, masks, send=False)
 
 

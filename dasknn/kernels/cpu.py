@@ -225,6 +225,34 @@ def _layer_step_numba(yt, extra, split, rows, indptr, indices, data, bias, ymax,
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
+def _pack_tiles(yt, extra, split, rows, tiles):  # pragma: no cover - compiled
+    # tiles[i, :rows, :t] = the input rows (yt's, then extra's) of the i-th tile's t images
+    tile = tiles.shape[2]
+    for i in range(tiles.shape[0]):
+        b0 = i * tile
+        _pack_tile(yt, extra, split, rows, b0, min(tile, yt.shape[1] - b0), tiles[i])
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _step_tiles(tiles, nb, indptr, indices, data, bias, ymax, out, columns):  # pragma: no cover - compiled
+    # out[j] for the block's columns j in columns (ascending), from inputs packed by _pack_tiles
+    tile = tiles.shape[2]
+    live = np.empty(tile, dtype=np.bool_)
+    order, starts = _twin_groups(indptr, indices, nb, columns)
+    if tiles.shape[0] == 1:
+        _sum_tile(tiles[0], out, nb, indptr, indices, data, columns, order, starts, bias, ymax, live)
+        return
+    sums = np.empty((out.shape[0], tile), dtype=out.dtype)
+    for i in range(tiles.shape[0]):
+        b0 = i * tile
+        t = min(tile, nb - b0)
+        _sum_tile(tiles[i], sums, t, indptr, indices, data, columns, order, starts, bias, ymax, live)
+        for j in columns:
+            for b in range(t):
+                out[j, b0 + b] = sums[j, b]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
 def _squeeze(buf, rows, t, live, ids):  # pragma: no cover - compiled
     # move the tile's live columns (and their ids) to the front, in order; returns how many there are
     k = 0
@@ -329,6 +357,39 @@ def layer_step_numpy(
         rows = yt.shape[0] + (0 if extra is yt else extra.shape[0])
         _layer_step_numba(yt, extra, yt.shape[0], rows, indptr, indices, data.astype(dtype, copy=False),
                           dtype.type(bias), dtype.type(ymax), out, tile_for(rows, dtype.itemsize), columns)
+    elif columns.size:
+        out[columns] = 0
+    return out
+
+
+def tile_inputs(yt: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
+    """A batch's input rows (``yt``'s, then ``extra``'s) packed once, tile by tile, for several
+    :func:`layer_step_tiles` calls on the same inputs: ``tiles x rows x images per tile`` (:func:`tile_for`).
+
+    Model mode's overlapped steps compute a layer's outputs in two sets; packing the inputs for each set cost more
+    than the split saved.
+    """
+    yt = np.ascontiguousarray(yt)
+    extra = yt[:0] if extra is None else np.ascontiguousarray(extra, dtype=yt.dtype)
+    rows, nb = yt.shape[0] + extra.shape[0], yt.shape[1]
+    tile = min(tile_for(rows, yt.dtype.itemsize), max(1, nb))
+    tiles = np.empty((-(-nb // tile), rows, tile), dtype=yt.dtype)
+    if nb:
+        _pack_tiles(yt, extra, yt.shape[0], rows, tiles)
+    return tiles
+
+
+def layer_step_tiles(tiles: np.ndarray, images: int, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
+                     bias: float, ymax: float, columns: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """:func:`layer_step_numpy` for the block's ``columns`` on inputs packed by :func:`tile_inputs` (``images``
+    of them), written into ``out`` (``outputs x images``; its other rows are left as they are)."""
+    dtype = tiles.dtype
+    if out.shape != (indptr.size - 1, images) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {dtype} array of shape {(indptr.size - 1, images)}")
+    columns = np.asarray(columns, dtype=np.int64)
+    if images and columns.size:
+        _step_tiles(tiles, images, indptr, indices, data.astype(dtype, copy=False), dtype.type(bias),
+                    dtype.type(ymax), out, columns)
     elif columns.size:
         out[columns] = 0
     return out
