@@ -132,6 +132,11 @@ _CLOSED_BYTES = [0]
 _HELD: dict[tuple[str, int, int], list] = {}
 
 
+#: Per worker process: each overlapped part's space for its packed inputs, by (run, chunk, part), reused layer
+#: after layer.
+_TILE_SPACE: dict[tuple[str, int, int], np.ndarray] = {}
+
+
 def _stream(spec: StreamSpec) -> ReadAhead:
     # one stream per worker process and spec, so consecutive tasks share its read-ahead
     if spec not in _STREAMS:
@@ -151,6 +156,8 @@ def close_streams(run: str) -> None:
     # nor does any block of the run's model-mode parts (a failed run leaves some), nor their plans
     for held in [h for h in _HELD if h[0] == run]:
         del _HELD[held]
+    for held in [h for h in _TILE_SPACE if h[0] == run]:
+        del _TILE_SPACE[held]
     drop_plans(run)
     for spec in list(_STREAMS):
         stream = _STREAMS.pop(spec)
@@ -274,7 +281,10 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
         return _stepped(part, spec, block, masks)
     sent = _sent_rows(part, k + 1)
     out = kernels.empty_like_kind(block, (indptr.size - 1, block.shape[1]))
-    tiles = kernels.tile_inputs(block, recv)  # packed once for both halves, in place of the block and rows
+    # packed once for both halves, in place of the block and rows, into the space of the part's previous layer
+    space = _TILE_SPACE.pop(spec.held, None)
+    tiles = kernels.tile_inputs(block, recv, space)
+    _TILE_SPACE[spec.held] = tiles.base if tiles.base is not None else tiles
     kernels.layer_step_tiles(tiles, block.shape[1], indptr, indices, data, spec.bias, spec.ymax, sent, out)
     rest = np.setdiff1d(np.arange(indptr.size - 1), sent, assume_unique=True)
     # what step_rest needs: the inputs, the columns, the layer's block (a stream has moved on to layer k + 1)

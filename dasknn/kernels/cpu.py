@@ -362,18 +362,23 @@ def layer_step_numpy(
     return out
 
 
-def tile_inputs(yt: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
+def tile_inputs(yt: np.ndarray, extra: np.ndarray | None = None, space: np.ndarray | None = None) -> np.ndarray:
     """A batch's input rows (``yt``'s, then ``extra``'s) packed once, tile by tile, for several
     :func:`layer_step_tiles` calls on the same inputs: ``tiles x rows x images per tile`` (:func:`tile_for`).
 
     Model mode's overlapped steps compute a layer's outputs in two sets; packing the inputs for each set cost more
-    than the split saved.
+    than the split saved. ``space``: a flat array of ``yt``'s dtype to pack into where it is large enough (a
+    part's previous layer's, so that a fresh array's pages are not faulted in every layer).
     """
     yt = np.ascontiguousarray(yt)
     extra = yt[:0] if extra is None else np.ascontiguousarray(extra, dtype=yt.dtype)
     rows, nb = yt.shape[0] + extra.shape[0], yt.shape[1]
     tile = min(tile_for(rows, yt.dtype.itemsize), max(1, nb))
-    tiles = np.empty((-(-nb // tile), rows, tile), dtype=yt.dtype)
+    shape = (-(-nb // tile), rows, tile)
+    size = shape[0] * shape[1] * shape[2]
+    if space is None or space.size < size or space.dtype != yt.dtype:
+        space = np.empty(size + size // 8, dtype=yt.dtype)  # room for a layer that reads a few more rows
+    tiles = space[:size].reshape(shape)
     if nb:
         _pack_tiles(yt, extra, yt.shape[0], rows, tiles)
     return tiles
