@@ -62,7 +62,9 @@ class InferenceResult:
     #: each loss of workers the run survived: who, chunks kept and re-run, seconds waited for workers
     recoveries: list[dict] = field(default_factory=list)
     #: with ``keep_activations``: the final activations, a dask.array (images x neurons) chunked like the
-    #: batch's rows and persisted on the workers (each chunk dense NumPy rows, the dead images' rows all zero)
+    #: batch's rows and persisted on the workers (each chunk dense NumPy rows, the dead images' rows all zero). Its
+    #: chunks live on the client that ran the inference: with several clients open, compute it with that one
+    #: (``activations.compute(scheduler=client)``), since dask computes on the newest
     activations: object = None
     #: with a truth to compare (:func:`dasknn.infer`'s ``truth``): whether the categories match it, and how
     #: many images are in one and not the other
