@@ -137,6 +137,27 @@ _HELD: dict[tuple[str, int, int], list] = {}
 _TILE_SPACE: dict[tuple[str, int, int], np.ndarray] = {}
 
 
+#: Per worker process, on the CPU: the flat arrays each model-mode part's blocks and received rows are written
+#: into, by (run, chunk, part) and use, reused layer after layer (a fresh array of 100 MB each layer costs page
+#: faults the step waits on: every array over 32 MiB is a fresh mmap).
+_SPACES: dict[tuple[tuple[str, int, int], str], list[np.ndarray]] = {}
+
+
+def _space(held: tuple[str, int, int], use: str, like, shape: tuple[int, int], generations: int):
+    """An uninitialised ``shape`` array of ``like``'s dtype for part ``held``'s ``use``: in the space of its array
+    of that use ``generations`` calls back (a block of layer k goes where the block of layer k - 2 was: the block
+    of layer k - 1 is the step's input). A fresh array on a device."""
+    if not isinstance(like, np.ndarray):
+        return kernels.empty_like_kind(like, shape)
+    size = shape[0] * shape[1]
+    spaces = _SPACES.setdefault((held, use), [])
+    space = spaces.pop(0) if len(spaces) == generations else None
+    if space is None or space.size < size or space.dtype != like.dtype:
+        space = np.empty(size + size // 16, dtype=like.dtype)  # room for a layer with a few more rows
+    spaces.append(space)
+    return space[:size].reshape(shape)
+
+
 def _stream(spec: StreamSpec) -> ReadAhead:
     # one stream per worker process and spec, so consecutive tasks share its read-ahead
     if spec not in _STREAMS:
@@ -158,12 +179,15 @@ def close_streams(run: str) -> None:
         del _HELD[held]
     for held in [h for h in _TILE_SPACE if h[0] == run]:
         del _TILE_SPACE[held]
+    for key in [key for key in _SPACES if key[0][0] == run]:
+        del _SPACES[key]
     drop_plans(run)
     for spec in list(_STREAMS):
         stream = _STREAMS.pop(spec)
         _CLOSED_BYTES[0] += stream.bytes_read
         stream.close()
     kernels.release_device_layers()  # and so do the device copies of streamed layers
+    kernels.release_scratch()  # and the steps' scratch
 
 
 def _part_layer(part: list[tuple[PartLayer, Block]] | PartStreamSpec, k: int) -> tuple[PartLayer, Block]:
@@ -275,9 +299,13 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
         keep = _dropped([masks[-1]] + [mask for mask, _ in carriers])
     if keep is not None:
         block = block[:, keep]
-    recv = _received(pl, block, keep, spec.others, messages, spec.held[2])
+    recv = _received(pl, block, keep, spec.others, messages, spec.held)
     if not spec.split:
-        block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv)
+        if isinstance(block, np.ndarray):
+            out = _space(spec.held, "block", block, (indptr.size - 1, block.shape[1]), 2)
+            block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv, out=out)
+        else:
+            block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv)
         return _stepped(part, spec, block, masks)
     sent = _sent_rows(part, k + 1)
     out = kernels.empty_like_kind(block, (indptr.size - 1, block.shape[1]))
@@ -332,9 +360,11 @@ def _held_block(spec: StepSpec, k: int) -> tuple:
     return state[1], state[2]
 
 
-def _received(pl: PartLayer, block, keep: np.ndarray | None, others: tuple[int, ...], inbox: tuple, q: int):
+def _received(pl: PartLayer, block, keep: np.ndarray | None, others: tuple[int, ...], inbox: tuple,
+              held: tuple[str, int, int]):
     # the received rows, stacked by sender, are read in place beside the block: nothing else is copied
-    recv = kernels.empty_like_kind(block, (received_rows(pl), block.shape[1]))
+    q = held[2]
+    recv = _space(held, "received", block, (received_rows(pl), block.shape[1]), 1)
     at = 0
     for p, (_, messages) in zip(others, inbox):
         if p not in pl.recv:

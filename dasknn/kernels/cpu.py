@@ -25,6 +25,7 @@ reference.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from itertools import islice
 
@@ -201,9 +202,11 @@ def _pack_tile(yt, extra, split, rows, b0, t, buf):  # pragma: no cover - compil
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _layer_step_numba(yt, extra, split, rows, indptr, indices, data, bias, ymax, out, tile,
-                      columns):  # pragma: no cover - compiled
-    # out[j] for the block's columns j in columns (ascending); out's other rows are left as they are
+def _layer_step_numba(yt, extra, split, rows, indptr, indices, data, bias, ymax, out, tile, columns, buf,
+                      sums):  # pragma: no cover - compiled
+    # out[j] for the block's columns j in columns (ascending); out's other rows are left as they are. buf
+    # (rows x min(tile, images)) holds a tile's inputs, sums (outputs x tile) its outputs when there are several
+    # tiles: both unused (and may be empty) for one tile without received rows
     nb = yt.shape[1]
     live = np.empty(min(tile, nb), dtype=np.bool_)
     order, starts = _twin_groups(indptr, indices, nb, columns)
@@ -211,9 +214,8 @@ def _layer_step_numba(yt, extra, split, rows, indptr, indices, data, bias, ymax,
         # one tile, no received rows: yt already is a contiguous tile (a training batch, a small chunk)
         _sum_tile(yt, out, nb, indptr, indices, data, columns, order, starts, bias, ymax, live)
         return
-    # buffers no wider than the batch: a fresh megabyte per call costs page faults a small batch notices
-    buf = np.empty((rows, min(tile, nb)), dtype=yt.dtype)
-    sums = out if nb <= tile else np.empty((out.shape[0], tile), dtype=yt.dtype)
+    if nb <= tile:
+        sums = out
     for b0 in range(0, nb, tile):
         t = min(tile, nb - b0)
         _pack_tile(yt, extra, split, rows, b0, t, buf)
@@ -307,6 +309,25 @@ def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, orders
     return total
 
 
+#: Per thread (by ident): the flat scratch arrays :func:`layer_step_numpy` tiles into, by dtype, kept between calls
+#: until :func:`release_scratch`.
+_SCRATCH: dict[int, dict[np.dtype, np.ndarray]] = {}
+
+
+def _scratch(size: int, dtype: np.dtype) -> np.ndarray:
+    # at least size items of dtype, this thread's own, grown as needed
+    held = _SCRATCH.setdefault(threading.get_ident(), {})
+    work = held.get(dtype)
+    if work is None or work.size < size:
+        work = held[dtype] = np.empty(size, dtype=dtype)
+    return work
+
+
+def release_scratch() -> None:
+    """Let go of every thread's scratch (after a run; a call still using one keeps it until it returns)."""
+    _SCRATCH.clear()
+
+
 def tile_for(inputs: int, itemsize: int = 4) -> int:
     """Images per tile: as many as keep a tile's ``inputs`` rows within :data:`TILE_BYTES` (the L2 cache), but
     never so few that a row of the tile is under :data:`ROW_BYTES`, nor so many that a tile's buffer is over
@@ -355,8 +376,16 @@ def layer_step_numpy(
     columns = np.arange(out.shape[0]) if columns is None else np.asarray(columns, dtype=np.int64)
     if yt.shape[1] and columns.size:
         rows = yt.shape[0] + (0 if extra is yt else extra.shape[0])
+        tile, nb = tile_for(rows, dtype.itemsize), yt.shape[1]
+        # the tiles' buffers no wider than the batch, in this thread's scratch (fresh ones each call cost page
+        # faults: a small batch notices a megabyte, a 65,536-wide part's step 75 MB)
+        buf_shape = (0, 0) if nb <= tile and rows == yt.shape[0] else (rows, min(tile, nb))
+        sums_shape = (out.shape[0], tile) if nb > tile else (0, 0)
+        work = _scratch(buf_shape[0] * buf_shape[1] + sums_shape[0] * sums_shape[1], dtype)
+        buf = work[:buf_shape[0] * buf_shape[1]].reshape(buf_shape)
+        sums = work[buf.size:buf.size + sums_shape[0] * sums_shape[1]].reshape(sums_shape)
         _layer_step_numba(yt, extra, yt.shape[0], rows, indptr, indices, data.astype(dtype, copy=False),
-                          dtype.type(bias), dtype.type(ymax), out, tile_for(rows, dtype.itemsize), columns)
+                          dtype.type(bias), dtype.type(ymax), out, tile, columns, buf, sums)
     elif columns.size:
         out[columns] = 0
     return out
