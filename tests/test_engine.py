@@ -409,3 +409,18 @@ def test_final_activations_written_chunk_by_chunk(client, slice_store, tmp_path,
 def test_activations_need_a_results_store(client, slice_store):
     with pytest.raises(DasknnError, match="--activations needs --results"):
         engine.infer(slice_store, client=client, activations=True)
+
+
+def test_part_blocks_reuse_the_space_of_two_layers_back():
+    # a step writes its block where the part's block of two layers back was (the one before is its input), and
+    # the run's end lets the spaces go
+    from dasknn.engine import tasks
+
+    held, like = ("run-space-test", 0, 0), np.empty((1, 1))
+    first, second = (tasks._space(held, "block", like, (40, 50), 2) for _ in range(2))
+    third = tasks._space(held, "block", like, (38, 50), 2)  # a layer with fewer outputs fits
+    assert np.shares_memory(first, third) and not np.shares_memory(first, second)
+    assert not np.shares_memory(second, third) and third.flags.c_contiguous and third.shape == (38, 50)
+    assert not np.shares_memory(tasks._space(held, "block", like, (80, 50), 2), second)  # too small: a new one
+    tasks.close_streams("run-space-test")
+    assert not [key for key in tasks._SPACES if key[0] == held]
