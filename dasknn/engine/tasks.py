@@ -132,14 +132,9 @@ _CLOSED_BYTES = [0]
 _HELD: dict[tuple[str, int, int], list] = {}
 
 
-#: Per worker process: each overlapped part's space for its packed inputs, by (run, chunk, part), reused layer
-#: after layer.
-_TILE_SPACE: dict[tuple[str, int, int], np.ndarray] = {}
-
-
-#: Per worker process, on the CPU: the flat arrays each model-mode part's blocks and received rows are written
-#: into, by (run, chunk, part) and use, reused layer after layer (a fresh array of 100 MB each layer costs page
-#: faults the step waits on: every array over 32 MiB is a fresh mmap).
+#: Per worker process, on the CPU: the flat arrays each model-mode part's blocks, received rows and (overlapped
+#: steps) packed inputs are written into, by (run, chunk, part) and use, reused layer after layer (a fresh array
+#: of 100 MB each layer costs page faults the step waits on: every array over 32 MiB is a fresh mmap).
 _SPACES: dict[tuple[tuple[str, int, int], str], list[np.ndarray]] = {}
 
 
@@ -177,8 +172,6 @@ def close_streams(run: str) -> None:
     # nor does any block of the run's model-mode parts (a failed run leaves some), nor their plans
     for held in [h for h in _HELD if h[0] == run]:
         del _HELD[held]
-    for held in [h for h in _TILE_SPACE if h[0] == run]:
-        del _TILE_SPACE[held]
     for key in [key for key in _SPACES if key[0][0] == run]:
         del _SPACES[key]
     drop_plans(run)
@@ -308,11 +301,11 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
             block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv)
         return _stepped(part, spec, block, masks)
     sent = _sent_rows(part, k + 1)
-    out = kernels.empty_like_kind(block, (indptr.size - 1, block.shape[1]))
+    out = _space(spec.held, "block", block, (indptr.size - 1, block.shape[1]), 2)
     # packed once for both halves, in place of the block and rows, into the space of the part's previous layer
-    space = _TILE_SPACE.pop(spec.held, None)
-    tiles = kernels.tile_inputs(block, recv, space)
-    _TILE_SPACE[spec.held] = tiles.base if tiles.base is not None else tiles
+    spaces = _SPACES.setdefault((spec.held, "tiles"), [])
+    tiles = kernels.tile_inputs(block, recv, spaces.pop() if spaces else None)
+    spaces.append(tiles.base if tiles.base is not None else tiles)
     kernels.layer_step_tiles(tiles, block.shape[1], indptr, indices, data, spec.bias, spec.ymax, sent, out)
     rest = np.setdiff1d(np.arange(indptr.size - 1), sent, assume_unique=True)
     # what step_rest needs: the inputs, the columns, the layer's block (a stream has moved on to layer k + 1)
