@@ -79,3 +79,50 @@ def test_too_little_memory_is_refused_with_what_to_change(tmp_path):
         result = engine.infer(wide, client=client, mode="data", resident=False, chunks=8, keep_layers=1)
         assert not result.resident and result.bytes_read > 0
         assert result.categories.size == result.images or result.categories.max() < 300
+
+
+_BALLAST: list = []
+
+
+def _over_the_pause_share(dask_worker) -> int:
+    # memory no task holds (as compiled code or the heap would), to 88 % of the limit: over Dask's pause share
+    # (80 %), under its terminate share (95 %)
+    import psutil
+
+    extra = int(0.88 * dask_worker.memory_manager.memory_limit) - psutil.Process().memory_info().rss
+    _BALLAST.append(np.ones(max(extra, 0) // 8))
+    return extra
+
+
+def _drop_ballast() -> None:
+    _BALLAST.clear()
+
+
+def _one() -> int:
+    return 1
+
+
+def test_a_worker_paused_for_good_stops_the_run_with_one_line():
+    # before: a worker over its pause share in memory no task held paused for ever, and the run waited for ever
+    # (a fresh clone's first model-mode test hung so: the workers compiled the kernels under a 400 MB limit)
+    from distributed import wait
+
+    from dasknn.cluster import local_client
+    from dasknn.runtime.recovery import watch
+
+    with local_client(workers=1, threads_per_worker=1, memory_limit="500MB") as client:
+        (w,) = client.nthreads()
+        assert client.run(_over_the_pause_share)[w] > 0
+        fut = client.submit(_one, workers=[w], allow_other_workers=False, pure=False)
+        t0 = time.monotonic()
+        with pytest.raises(DasknnError, match=r"^worker .* paused for 2 s with nothing running: .* MiB of its "
+                                              r"477 MiB limit.*--memory-limit"):
+            watch(client, [fut], [w], stuck_seconds=2)
+        assert time.monotonic() - t0 < 30
+        assert fut.cancelled()
+        client.run(_drop_ballast)
+        # and a worker that runs: watch waits for it as before
+        again = client.submit(_one, workers=[w], allow_other_workers=False, pure=False)
+        wait(again, timeout=20)
+        watch(client, [again], [w], stuck_seconds=2)
+        assert again.result() == 1

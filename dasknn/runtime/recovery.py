@@ -28,17 +28,29 @@ class WorkersLost(Exception):
         self.partial = partial
 
 
-def watch(client, futures: list, workers: list[str] | set[str], on_done: Callable | None = None) -> None:
+#: Seconds a worker may stay paused for memory, running nothing, before :func:`watch` gives up on the run.
+STUCK_SECONDS = 30.0
+#: Seconds between :func:`watch`'s looks at the workers' states (a full identity is heavier than a thread count).
+_STATE_EVERY = 5.0
+
+
+def watch(client, futures: list, workers: list[str] | set[str], on_done: Callable | None = None,
+          stuck_seconds: float = STUCK_SECONDS) -> None:
     """Wait for ``futures``, calling ``on_done(future)`` as each finishes.
 
     Raises :class:`WorkersLost` as soon as one of ``workers`` leaves the cluster (tasks pinned to it would wait
     for it for ever: a nanny restarts a killed worker at a new address), cancelling the futures still pending.
+    Raises a DasknnError, cancelling them too, when one of ``workers`` stays paused for memory with nothing
+    running for ``stuck_seconds``: Dask pauses a worker whose process is over its pause share of the memory limit
+    and waits for the memory to fall, which memory no task holds (compiled code, the heap) never does.
     A task's own error is raised as it comes (a DasknnError names the store and layer).
     """
     from distributed import wait
     from distributed.scheduler import KilledWorker
 
     pending = set(futures)
+    paused_since: dict[str, float] = {}
+    looked = time.monotonic()
     while pending:
         try:
             done, pending = wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")
@@ -59,6 +71,36 @@ def watch(client, futures: list, workers: list[str] | set[str], on_done: Callabl
                 for fut in pending:
                     fut.cancel()
                 raise WorkersLost(sorted(gone))
+            if time.monotonic() - looked >= min(_STATE_EVERY, stuck_seconds / 2):
+                looked = time.monotonic()
+                stuck = _stuck_worker(workers_info(client), workers, paused_since, stuck_seconds)
+                if stuck is not None:
+                    for fut in pending:
+                        fut.cancel()
+                    raise stuck
+
+
+def _stuck_worker(info: dict, workers, paused_since: dict[str, float], stuck_seconds: float):
+    # the error for the first of ``workers`` paused with nothing running since stuck_seconds ago, or None;
+    # paused_since keeps when each was first seen so
+    from ..errors import DasknnError
+
+    now = time.monotonic()
+    for w in workers:
+        identity = info.get(w, {})
+        metrics = identity.get("metrics", {})
+        if identity.get("status") != "paused" or metrics.get("task_counts", {}).get("executing", 0):
+            paused_since.pop(w, None)
+            continue
+        if now - paused_since.setdefault(w, now) >= stuck_seconds:
+            mb = 1 << 20
+            limit = identity.get("memory_limit") or 0
+            return DasknnError(
+                f"worker {w} has been paused for {stuck_seconds:.0f} s with nothing running: its process holds "
+                f"{metrics.get('memory', 0) / mb:,.0f} MiB of its {limit / mb:,.0f} MiB limit, over the share at "
+                f"which Dask pauses a worker, in memory no task holds; give the workers more memory "
+                f"(--memory-limit)")
+    return None
 
 
 def worker_lost(client, workers: set[str], error: Exception) -> bool:
