@@ -292,3 +292,17 @@ def test_layer_step_across_tiles_with_received_rows(monkeypatch, dtype, images, 
                              extra=np.ascontiguousarray(x[own:]) if received else None)
     want = reference.infer([w], sp.csr_matrix(x.T), -0.3, 4.0, dtype).toarray().T
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", ["csr", "coo", "dense"])
+@pytest.mark.parametrize("neurons", [None, [], [7, 0, 3, 19], list(range(0, 20, 2))])
+def test_activations_of_rows_takes_a_parts_neurons_before_densifying(dtype, kind, neurons):
+    rng = np.random.default_rng(len(neurons or ()))
+    images = sp.random(6, 20, density=0.3, format="csr", random_state=rng, dtype=np.float64)
+    block = {"csr": images, "coo": images.tocoo(), "dense": images.toarray()}[kind]
+    whole = images.toarray().T.astype(dtype)
+    picked = None if neurons is None else np.array(neurons, dtype=np.int64)
+    got = kernels.activations_of_rows(block, dtype, picked)
+    assert got.dtype == dtype and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, whole if picked is None else whole[picked])
