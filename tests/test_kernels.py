@@ -306,3 +306,23 @@ def test_activations_of_rows_takes_a_parts_neurons_before_densifying(dtype, kind
     got = kernels.activations_of_rows(block, dtype, picked)
     assert got.dtype == dtype and got.flags.c_contiguous
     np.testing.assert_array_equal(got, whole if picked is None else whole[picked])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [0, 1, 7, 300])
+@pytest.mark.parametrize("alive", [0.0, 0.3, 0.9, 1.0])
+def test_keep_columns_writes_the_live_images_over_the_block_itself(dtype, rows, alive):
+    rng = np.random.default_rng(rows)
+    images = 53
+    a = rng.random((rows, images)).astype(dtype)
+    keep = rng.random(images) < alive
+    expected = a[:, keep].copy()
+    got = kernels.keep_columns(a, keep)
+    np.testing.assert_array_equal(got, expected)
+    assert got.flags.c_contiguous and (got.size == 0 or np.shares_memory(got, a))
+
+
+def test_keep_columns_refuses_a_block_it_cannot_compact_in_place():
+    a = np.zeros((6, 8), dtype=np.float32)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        kernels.keep_columns(a[:, ::2], np.ones(4, dtype=bool))

@@ -291,7 +291,7 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
         # a sync layer's masks arrived: every part compacts by the union of all parts' masks
         keep = _dropped([masks[-1]] + [mask for mask, _ in carriers])
     if keep is not None:
-        block = block[:, keep]
+        block = kernels.keep_columns(block, keep)  # over the held block itself: nothing else reads it
     recv = _received(pl, block, keep, spec.others, messages, spec.held)
     if not spec.split:
         if isinstance(block, np.ndarray):
@@ -356,22 +356,18 @@ def _held_block(spec: StepSpec, k: int) -> tuple:
 def _received(pl: PartLayer, block, keep: np.ndarray | None, others: tuple[int, ...], inbox: tuple,
               held: tuple[str, int, int]):
     # the received rows, stacked by sender, are read in place beside the block: nothing else is copied
+    # (messages sent before a sync layer's masks were known hold every image: unpacked whole, then the live
+    # images kept in the same space)
     q = held[2]
-    recv = _space(held, "received", block, (received_rows(pl), block.shape[1]), 1)
+    recv = _space(held, "received", block, (received_rows(pl), block.shape[1] if keep is None else keep.size), 1)
     at = 0
     for p, (_, messages) in zip(others, inbox):
         if p not in pl.recv:
             continue
         n = pl.recv[p].size
-        if keep is None:
-            kernels.unpack_rows(messages[q], recv[at:at + n])
-        else:
-            # sent before the masks were known: unpack whole, keep the live images
-            whole = kernels.empty_like_kind(block, (n, keep.size))
-            kernels.unpack_rows(messages[q], whole)
-            recv[at:at + n] = whole[:, keep]
+        kernels.unpack_rows(messages[q], recv[at:at + n])
         at += n
-    return recv
+    return recv if keep is None else kernels.keep_columns(recv, keep)
 
 
 def _pack(part: list[tuple[PartLayer, Block]] | PartStreamSpec, k: int, block, recipients: tuple[int, ...], run: str,

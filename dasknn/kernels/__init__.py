@@ -16,7 +16,7 @@ from __future__ import annotations
 from . import gpu, grad
 from .arrays import activations_of_rows, alive, dense_transposed, empty_like_kind, to_device, to_host
 from .cpu import layer_step_numpy, layer_step_tiles, release_scratch, run_layers_numpy, tile_for, tile_inputs
-from .dispatch import Dispatch, layer_step, run_layers, run_layers_device
+from .dispatch import Dispatch, keep_columns, layer_step, run_layers, run_layers_device
 from .gpu import (
     CUDA_SOURCE,
     GPU_COMPACT_EVERY,
@@ -42,7 +42,7 @@ from .messages import CONSTANT, DENSE, SPARSE, message_bytes, pack_rows, unpack_
 __all__ = [
     "CONSTANT", "CUDA_SOURCE", "DENSE", "Dispatch", "GPU_COMPACT_EVERY", "GPU_MAX_GRID_Y", "GPU_ROWS",
     "GPU_STAGED_MAX_BYTES", "GPU_STAGED_WARPS", "GPU_TILE", "GPU_VARIANTS", "GpuLaunch", "SPARSE", "activations_of_rows", "alive", "back_input", "grad", "weight_grad",
-    "cuda_code", "dense_transposed", "empty_like_kind", "gpu", "gpu_launch", "gpu_step", "keep_on_device", "layer_step",
+    "cuda_code", "dense_transposed", "empty_like_kind", "gpu", "gpu_launch", "gpu_step", "keep_columns", "keep_on_device", "layer_step",
     "layer_step_cusparse", "layer_step_gpu", "layer_step_numpy", "layer_step_tiles", "message_bytes", "pack_rows", "release_device_layers", "release_scratch", "run_layers",
     "run_layers_device", "run_layers_gpu", "run_layers_numpy", "tile_for", "tile_inputs", "to_device", "to_host", "unpack_rows",
 ]

@@ -314,6 +314,33 @@ def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, orders
 _SCRATCH: dict[int, dict[np.dtype, np.ndarray]] = {}
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _keep_columns_flat(flat, rows, cols, kept):  # pragma: no cover - compiled
+    # a row-major rows x cols array becomes rows x kept.size in the same memory: a write at i * m + j never
+    # reaches an entry still to be read (at i * cols + kept[j] or later, since m <= cols and kept[j] >= j)
+    m = kept.size
+    for i in range(rows):
+        src = i * cols
+        dst = i * m
+        for j in range(m):
+            flat[dst + j] = flat[src + kept[j]]
+
+
+def keep_columns_numpy(a: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """``a[:, keep]`` written over ``a`` itself (a C-contiguous 2-D array), as a view of ``a``'s first entries.
+
+    Model mode drops dead images from a part's block and received rows this way: a copy of a block of 32,768 rows
+    x 1,000 images is 131 MB more, freshly mapped, and NumPy's column selection is slower than one pass here.
+    ``a`` must not be used afterwards except through the view returned.
+    """
+    if not a.flags.c_contiguous or a.ndim != 2:
+        raise ValueError("keep_columns needs a C-contiguous 2-D array")
+    kept = np.flatnonzero(keep)
+    flat = a.reshape(-1)
+    _keep_columns_flat(flat, a.shape[0], a.shape[1], kept)
+    return flat[:a.shape[0] * kept.size].reshape(a.shape[0], kept.size)
+
+
 def _scratch(size: int, dtype: np.dtype) -> np.ndarray:
     # at least size items of dtype, this thread's own, grown as needed
     held = _SCRATCH.setdefault(threading.get_ident(), {})

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from .cpu import layer_step_numpy, run_layers_numpy
+from .cpu import keep_columns_numpy, layer_step_numpy, run_layers_numpy
 
 
 class Dispatch:
@@ -53,6 +53,9 @@ layer_step = Dispatch("layer_step")
 layer_step.register(np.ndarray)(layer_step_numpy)
 run_layers_device = Dispatch("run_layers")
 run_layers_device.register(np.ndarray)(run_layers_numpy)
+#: ``a[:, keep]`` for a boolean mask ``keep``, over ``a`` itself where the device allows (``a`` is then spent)
+keep_columns = Dispatch("keep_columns")
+keep_columns.register(np.ndarray)(keep_columns_numpy)
 
 
 def run_layers(
@@ -94,6 +97,7 @@ def run_layers(
 
 @layer_step.register_lazy("cupy")
 @run_layers_device.register_lazy("cupy")
+@keep_columns.register_lazy("cupy")
 def _register_cupy() -> None:  # pragma: no cover - needs CuPy
     import cupy
 
@@ -101,3 +105,4 @@ def _register_cupy() -> None:  # pragma: no cover - needs CuPy
 
     layer_step.register(cupy.ndarray)(layer_step_gpu)
     run_layers_device.register(cupy.ndarray)(run_layers_gpu)
+    keep_columns.register(cupy.ndarray)(lambda a, keep: a[:, cupy.asarray(keep)])
