@@ -155,6 +155,17 @@ def test_default_chunks():
     assert engine.default_chunks(1000, 2, 2, 2, True, fits=lambda width: False) == 1
 
 
+@pytest.mark.parametrize(("keep_layers", "chunks", "groups", "kept"),
+                         [(2, 1, 1, 2), (2, 2, 1, 3), (1, 2, 1, 2), (2, 4, 2, 3), (2, 3, 2, 3), (3, 5, 1, 7),
+                          (2, 1, 2, 2)])
+def test_a_parts_stream_keeps_a_layer_more_for_each_further_chunk_of_its_worker(keep_layers, chunks, groups, kept):
+    # (chunks go round the groups; test_store's stream test shows a window a layer wider serves a chunk a layer
+    # behind without reading again)
+    from dasknn.engine.sizing import part_stream_keep
+
+    assert part_stream_keep(keep_layers, chunks, groups) == kept
+
+
 def test_batch_prefix_and_separate_inputs(client, tmp_path):
     net = generate.network(1024, 6, seed=4)
     im = generate.images(300, 1024, seed=4)

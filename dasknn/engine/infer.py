@@ -18,8 +18,8 @@ from ..store import location, open_results, open_store, read_results
 from .execute import Job, Pass, execute
 from .groups import check_mode
 from .inputs import InputSource, stored_source
-from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, partition_fits_worker,
-                     predict_modes)
+from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, part_stream_keep,
+                     partition_fits_worker, predict_modes)
 
 
 @dataclass
@@ -149,7 +149,9 @@ def infer(
         worker's weights take at most a quarter of its memory. Model mode out of core streams each part's
         columns from a *part plan* (see ``plan_store``), so each worker reads only its share.
     keep_layers
-        Layers a streaming worker holds at once (the one computing and the one being read ahead).
+        Layers a streaming worker holds at once (the one computing and the one being read ahead). Model and
+        hybrid modes keep one more for each further chunk of a worker where that fits
+        (:func:`~dasknn.engine.sizing.part_stream_keep`), so no chunk reads its part's layers again.
     results
         A Zarr results store: each chunk's categories are written there by its worker as it finishes.
     resume
@@ -229,13 +231,18 @@ def infer(
         run_desc = {"network": path, "inputs": in_path or source.label, "images": count, "dtype": dtype,
                     "chunks": bounds}
         bounds, done = open_results(results, run_desc, resume, activations)
+    width = max(b - a for a, b in bounds)
+    if g > 1 and not resident:
+        # a part's stream keeps a layer more for each further chunk of its worker, where that fits
+        wider = part_stream_keep(keep_layers, len(bounds), len(workers) // g)
+        keep_layers = wider if fits(store, dtype, resident, wider, g, memory, width) else keep_layers
     job = Job(path=path, source=source, store=store, dtype=dtype, backend=backend, resident=resident,
               keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
               results=results, activations=activations, bounds=bounds, partition=partition, progress=progress,
               plan_store=None if plan_store is None else str(Path(plan_store).resolve()), keep=f"activations-{uuid.uuid4().hex[:8]}" if keep_activations else None,
               partition_on_cluster=partition_fits_worker(store.neurons, memory),
               overlap=overlap)
-    check_memory(store, dtype, resident, keep_layers, g, memory, max(b - a for a, b in bounds))
+    check_memory(store, dtype, resident, keep_layers, g, memory, width)
     todo = [c for c in range(len(bounds)) if c not in done]
     runs = _run_recovering(client, job, workers, mode, group_size, todo)
     return _result(job, runs, mode, group_size, count, todo, done, predictions, calibration)
