@@ -189,7 +189,8 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
                    help="model mode with --stream: where the part plan (each part's blocks and exchange lists, "
                         "made once per partition) is kept (default: inside the network store, under plans/)")
     f.add_argument("--keep-layers", type=int, default=2,
-                   help="streaming: layers a worker holds at once, the one computing and the one read ahead (2)")
+                   help="streaming: layers a worker holds at once, the one computing and the one read ahead (2); "
+                        "model mode adds one for each further chunk of a worker where it fits")
     f.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB (default: machine memory / workers)")
     f.add_argument("--results", help="a Zarr results store: each chunk's categories are written as it finishes")
     f.add_argument("--activations", action="store_true",
