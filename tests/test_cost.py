@@ -171,9 +171,11 @@ def _no_partitioning(monkeypatch):
 
 def test_predicting_model_mode_estimates_its_exchange_from_a_sample(client, fresh_store, monkeypatch):
     _no_partitioning(monkeypatch)
-    # a setup cheaper than data mode (on this small network it is not): the exchange is estimated
-    monkeypatch.setitem(cost.PARTITION_RATES, "hypergraph", 1e-8)
-    monkeypatch.setattr(cost, "PLAN_RATE", 1e-8)
+    # a setup cheaper than data mode (on this small network it is not): the exchange is estimated. Cheaper than
+    # data mode's task overhead too (a few milliseconds on a fast machine, where rates of 1e-8 s per entry, a
+    # 6 ms setup, made model mode a bound and this test fail)
+    monkeypatch.setitem(cost.PARTITION_RATES, "hypergraph", 1e-12)
+    monkeypatch.setattr(cost, "PLAN_RATE", 1e-12)
     result = engine.infer(fresh_store, client=client, mode="data", explain=True, images=200)
     model = [p for p in result.predictions if p["mode"] == "model"][0]
     assert model["volumes_from"] == "sample" and model["exchange"] > 0
