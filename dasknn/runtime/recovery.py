@@ -67,17 +67,14 @@ def watch(client, futures: list, workers: list[str] | set[str], on_done: Callabl
         if pending:
             now = set(client.nthreads())
             gone = [w for w in workers if w not in now]
-            if gone:
+            error = WorkersLost(sorted(gone)) if gone else None
+            if error is None and time.monotonic() - looked >= min(_STATE_EVERY, stuck_seconds / 2):
+                looked = time.monotonic()
+                error = _stuck_worker(workers_info(client), workers, paused_since, stuck_seconds)
+            if error is not None:
                 for fut in pending:
                     fut.cancel()
-                raise WorkersLost(sorted(gone))
-            if time.monotonic() - looked >= min(_STATE_EVERY, stuck_seconds / 2):
-                looked = time.monotonic()
-                stuck = _stuck_worker(workers_info(client), workers, paused_since, stuck_seconds)
-                if stuck is not None:
-                    for fut in pending:
-                        fut.cancel()
-                    raise stuck
+                raise error
 
 
 def _stuck_worker(info: dict, workers, paused_since: dict[str, float], stuck_seconds: float):
