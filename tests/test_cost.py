@@ -273,18 +273,20 @@ def test_loop_bytes_counts_the_layers_and_the_activations_tiles():
     assert cost.loop_bytes(1 << 20, 1 << 20) == cost.LOOP_LAYERS * (1 << 20) + 7 * (1 << 20)
 
 
-def test_a_calibration_task_whose_worker_dies_is_one_line_not_a_hang():
+def test_a_calibration_task_whose_worker_dies_is_a_loss_not_a_hang():
+    # (the inference's recovery policy then measures again on the workers there are)
     import os
 
     from dasknn.cluster import local_client
     from dasknn.engine import sizing
-    from dasknn.errors import DasknnError
+    from dasknn.runtime.recovery import WorkersLost
 
     with local_client(workers=1, threads_per_worker=1) as client:
         w = sorted(client.nthreads())
         fut = client.submit(os._exit, 1, workers=w, allow_other_workers=False, pure=False)
-        with pytest.raises(DasknnError, match="a worker left the cluster while --mode auto measured it"):
+        with pytest.raises(WorkersLost) as lost:
             sizing._gather_pinned(client, [fut], w)
+        assert lost.value.lost == w
 
 
 def test_loop_multiply_adds_count_only_the_images_alive_at_each_layer():

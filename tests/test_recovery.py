@@ -126,3 +126,102 @@ def test_a_worker_paused_for_good_stops_the_run_with_one_line():
         wait(again, timeout=20)
         watch(client, [again], [w], stuck_seconds=2)
         assert again.result() == 1
+
+
+class _Scheduler:
+    """What :class:`Recovery` asks of a client: the workers there are now (a list of snapshots, one per ask, the
+    last kept)."""
+
+    def __init__(self, *snapshots: list[str]):
+        self.snapshots = list(snapshots)
+
+    def identity(self, n_workers=-1):
+        now = self.snapshots.pop(0) if len(self.snapshots) > 1 else self.snapshots[0]
+        return {"workers": {w: {"nthreads": 1} for w in now}}
+
+
+class _Client:
+    def __init__(self, *snapshots: list[str]):
+        self.scheduler = _Scheduler(*snapshots)
+
+    def sync(self, fn, **kwargs):
+        return fn(**kwargs)
+
+
+def _policy(client, **kw):
+    from dasknn.runtime.recovery import Recovery
+
+    return Recovery(client, "inference", ["a", "b"], max_losses=kw.pop("max_losses", 2),
+                    wait_seconds=kw.pop("wait_seconds", 0.5), **kw)
+
+
+def test_the_policy_redoes_an_attempt_on_the_workers_there_are_after_a_loss():
+    from dasknn.runtime.recovery import WorkersLost
+
+    policy = _policy(_Client(["a", "c"]))  # b was lost; its nanny brought c
+    seen = []
+
+    def attempt(workers):
+        seen.append(workers)
+        if len(seen) == 1:
+            policy.enter("plan")
+            raise WorkersLost(["b"])
+        return "done"
+
+    assert policy.run(attempt, lambda lost: {"kept": 3}) == "done"
+    assert seen == [["a", "b"], ["a", "c"]]
+    [loss] = policy.losses
+    assert loss.as_dict() == {"lost": ["b"], "phase": "plan", "kept": 3, "waited_seconds": loss.waited_seconds,
+                              "workers_now": 2}
+
+
+def test_a_scatter_to_a_lost_worker_counts_as_the_loss_and_a_fault_of_its_own_does_not():
+    policy = _policy(_Client(["a"], ["a"], ["a", "c"]))  # b gone: the scheduler's KeyError for it is the loss
+    calls = []
+
+    def attempt(workers):
+        calls.append(workers)
+        if len(calls) == 1:
+            raise KeyError("b")
+        return len(calls)
+
+    assert policy.run(attempt) == 2 and policy.losses[0].lost == ("b",)
+    both = _policy(_Client(["a", "b"]))
+    with pytest.raises(ValueError, match="its own"):
+        both.run(lambda workers: (_ for _ in ()).throw(ValueError("a fault of its own")))
+    assert not both.losses
+
+
+def test_the_policy_gives_up_with_one_line_naming_the_worker_and_the_phase():
+    from dasknn.runtime.recovery import WorkersLost
+
+    def lose(policy, phase):
+        def attempt(workers):
+            policy.enter(phase)
+            raise WorkersLost([workers[-1]])
+        return attempt
+
+    policy = _policy(_Client(["a", "c"]), max_losses=1, advice="raise --memory-limit")
+    with pytest.raises(DasknnError, match=r"lost 2 times during inference \(the last, c, in its load phase\); "
+                                          r"giving up: raise --memory-limit"):
+        policy.run(lose(policy, "load"))
+    gone = _policy(_Client([]), wait_seconds=0.2)
+    with pytest.raises(DasknnError, match=r"worker b left during the partition phase of inference and no worker "
+                                          r"came back within 0 s"):
+        gone.run(lose(gone, "partition"))
+
+
+def test_a_check_that_fails_on_the_workers_left_names_the_worker_lost():
+    from dasknn.runtime.recovery import WorkersLost
+
+    policy = _policy(_Client(["a"]), wait_seconds=0.2)  # b never came back
+
+    def attempt(workers):
+        if workers == ["a", "b"]:
+            policy.enter("inference")
+            raise WorkersLost(["b"])
+        raise DasknnError("a worker's memory limit is too small")
+
+    with pytest.raises(DasknnError, match=r"worker b left during the inference phase of inference and was not "
+                                          r"replaced within 0 s; on the 1 worker left: a worker's memory limit"):
+        policy.run(attempt)

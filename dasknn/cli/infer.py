@@ -116,6 +116,8 @@ def run_infer(args: argparse.Namespace, client) -> int:
         "load_seconds": round(result.load_seconds, 3), "plan_seconds": round(result.plan_seconds, 3),
         "partition_seconds": round(result.partition_seconds, 3),
         "message_bytes": sum(result.message_bytes),
+        # each loss of workers the run survived: who, in which phase, what was kept and redone, the wait
+        "recoveries": result.recoveries,
         **notes,
     }
     if result.exchange_bytes:

@@ -15,8 +15,8 @@ from ..errors import DasknnError
 from ..plan import Outline
 from ..runtime.graph import PinnedGraph, ref
 from ..runtime.metrics import bytes_sent, exchange_log_pop, install_exchange_log
-from ..runtime.recovery import WorkersLost, watch
-from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest
+from ..runtime.recovery import Recovery, WorkersLost, watch
+from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest, resume_plan_store
 from .data_mode import data_chunk
 from .exchange_plan import plan_on_workers
 from .inputs import InputSource, load_images
@@ -67,6 +67,9 @@ class Job:
     #: model mode: each layer's outputs that other parts read computed and sent first, the rest while they travel
     #: (:func:`~dasknn.engine.model_mode.model_chunk`)
     overlap: bool = False
+    #: model and hybrid modes: the partition by parts per group, once resolved (a pass after a lost worker, with
+    #: as many parts, reuses it)
+    owners: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,29 +113,48 @@ class _Layout:
         return members[(i // len(self.groups)) % len(members)]
 
 
-def execute(client, job: Job, workers: list[str], g: int, todo: list[int]) -> Pass:
-    """Load and run chunks ``todo`` on ``workers`` in groups of ``g``; raise :class:`WorkersLost` with the chunks
-    that finished if a worker leaves."""
+def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: Pass,
+            recovery: Recovery | None = None) -> None:
+    """Partition, plan, load and run chunks ``todo`` on ``workers`` in groups of ``g``, filling ``out`` as it goes.
+
+    A lost worker ends the pass with its error as it comes (:class:`WorkersLost` while waiting for tasks, or what
+    a scatter or a gather raised); the chunks that finished are in ``out`` by then. ``recovery`` (the workflow's
+    policy, which decides what a loss costs) is told each phase as it starts."""
+    enter = recovery.enter if recovery is not None else _unnamed
     layout = _Layout(run=uuid.uuid4().hex[:8], groups=[workers[i:i + g] for i in range(0, len(workers), g)])
-    out = Pass(group_size=g, per_layer=np.zeros((job.store.depth, 3), dtype=np.int64))
+    out.group_size, out.per_layer = g, np.zeros((job.store.depth, 3), dtype=np.int64)
     try:
         if g > 1:
-            _partition(client, job, workers, layout, out)
+            _partition(client, job, workers, layout, out, enter)
         # phase 1, untimed: weights and inputs into the workers' memory
+        enter("load")
         loaded, images = _load(client, job, workers, layout, todo, out)
         # phase 2, timed: the inference graph, referring to the loaded blocks by their futures
+        enter("inference")
         _run(client, job, workers, layout, todo, loaded, images, out)
-    except WorkersLost as lost:
-        raise WorkersLost(lost.lost, out) from None
+    finally:
+        # however the pass ended, the run's blocks, plans and streamed layers leave the workers still there
+        client.run(close_streams, layout.run, on_error="ignore")
     if layout.outline is not None:
         out.plan_bytes = _plan_bytes(job, layout.outline, out)
-    return out
 
 
-def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass) -> None:
+def _unnamed(phase: str) -> None:
+    # the phases of a pass run without a recovery policy: nobody to tell
+    return None
+
+
+def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass, enter: Callable[[str], None]
+               ) -> None:
     # model and hybrid modes: the plan, and each part's layers held in memory or streamed from a part plan
-    owners, out.partition_seconds = partition_owners(job.path, job.partition, len(layout.groups[0]),
-                                                     client=client if job.partition_on_cluster else None)
+    parts = len(layout.groups[0])
+    enter("partition")
+    if parts not in job.owners:
+        # (kept for the next pass: a store that cannot keep the partition would have it computed again)
+        job.owners[parts], out.partition_seconds = partition_owners(
+            job.path, job.partition, parts, client=client if job.partition_on_cluster else None)
+    owners = job.owners[parts]
+    enter("plan")
     if job.resident:
         # each part's worker makes its part's plan from the layers it reads: the client reads none of them
         t0 = time.perf_counter()
@@ -246,8 +268,7 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
         raise
     finally:
         for f in list(loaded.values()) + futures:
-            f.release()  # the blocks leave the workers' memory
-        client.run(close_streams, layout.run)  # and the streamed layers
+            f.release()  # the blocks leave the workers' memory (the streamed layers as the pass ends)
     out.seconds = time.perf_counter() - t0
     out.bytes_sent = _grown(sent_before, client.run(bytes_sent))
     if layout.outline is not None:
@@ -294,13 +315,18 @@ def _part_plan(client, job: Job, owners: np.ndarray, workers: list[str], run: st
         path = str(Path(job.path) / "plans" / plan_digest(job.path, owners))
     found = open_plan_store(path, job.path, owners)
     if found is None:
-        create_plan_store(path, job.path, owners)
+        # the layers a writing interrupted by a lost worker finished are kept; the others are written now
+        counts = resume_plan_store(path, job.path, owners)
+        if not counts:
+            create_plan_store(path, job.path, owners)
         parts = int(owners.max()) + 1
         tasks = PinnedGraph(run)
-        keys = [tasks.add(workers[(k - 1) % len(workers)], f"plan-l{k}",
-                          (write_part_plan_layer, job.path, path, k, parts)) for k in range(1, len(owners))]
+        todo = [k for k in range(1, len(owners)) if k not in counts]
+        keys = [tasks.add(workers[i % len(workers)], f"plan-l{k}", (write_part_plan_layer, job.path, path, k, parts))
+                for i, k in enumerate(todo)]
         futures = tasks.submit(client, keys)
         watch(client, futures, workers)
-        finish_plan_store(path, np.stack([f.result() for f in futures]))
+        counts.update(zip(todo, (f.result() for f in futures)))
+        finish_plan_store(path, np.stack([counts[k] for k in range(1, len(owners))]))
         found = open_plan_store(path, job.path, owners)
     return path, Outline.from_owners(owners, found.counts())

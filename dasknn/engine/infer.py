@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import DasknnError
 from ..modes import AUTO, DATA, HYBRID, MODEL
-from ..runtime.recovery import WorkersLost, await_workers, ensure_client, smallest_memory_limit, workers_info
+from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
 from ..store import location, open_results, open_store, read_results
 from .execute import Job, Pass, execute
 from .groups import check_mode
@@ -197,6 +197,10 @@ def infer(
         raise DasknnError("overlap splits each layer's kernel by columns, which only the CPU kernel does: "
                           "leave it off with backend='gpu'")
     workers, threads, memory = _cluster(client)
+    # every phase on the cluster runs under one policy for lost workers (the probe, the partition, the plan, the
+    # loads, the pass): each redoes only what a loss left unfinished
+    recovery = Recovery(client, "inference", workers, max_losses=MAX_RECOVERIES, wait_seconds=AWAIT_WORKERS_SECONDS,
+                        advice=GIVE_UP_ADVICE)
     # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
     weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
     predictions: list = []
@@ -208,9 +212,10 @@ def infer(
     if mode == AUTO or explain:
         # the probe samples the inputs store, or rows in memory: the scattered batch, a dask.array's first chunk
         sample = in_path if in_path is not None else source.data_for(0)
-        calibration, predictions = predict_modes(client, workers, threads, store, path, sample, count, dtype,
-                                                 memory, weight_bytes, partition, chunks, sync_every, resident,
-                                                 explain, group_size if mode == HYBRID else None)
+        calibration, predictions = _probe(recovery, store, path, sample, count, dtype, weight_bytes, partition, chunks,
+                                          sync_every, resident, explain, group_size if mode == HYBRID else None)
+        if recovery.losses:  # the run is sized for the workers there are now
+            workers, threads, memory = _cluster(client, recovery.workers)
     if mode == AUTO:
         from ..cost import cheapest
 
@@ -244,7 +249,12 @@ def infer(
               overlap=overlap)
     check_memory(store, dtype, resident, keep_layers, g, memory, width)
     todo = [c for c in range(len(bounds)) if c not in done]
-    runs = _run_recovering(client, job, workers, mode, group_size, todo)
+
+    def check_fits(g: int, ws: list[str]) -> None:
+        # after a loss: the work must still fit the workers there are
+        check_memory(store, dtype, resident, keep_layers, g, _cluster(client, ws)[2], width)
+
+    runs = _run_recovering(client, job, recovery, mode, group_size, todo, check_fits)
     return _result(job, runs, mode, group_size, count, todo, done, predictions, calibration)
 
 
@@ -278,9 +288,25 @@ def _checked(network, inputs, images: int | None, dtype: str, sync_every: int, a
     return path, store, source, count
 
 
-def _cluster(client) -> tuple[list[str], int, float]:
-    # the workers (sorted), their threads, and the smallest memory limit among them
+def _probe(recovery: Recovery, store, path: str, sample, count: int, dtype: str, weight_bytes: int, partition,
+           chunks: int | None, sync_every: int, resident: bool | None, explain: bool, group_size: int | None) -> tuple:
+    # the cost model's calibration and predictions, measured again on the workers there are if one is lost
+    client = recovery.client
+
+    def measure(workers: list[str]) -> tuple:
+        _, threads, memory = _cluster(client, workers)
+        return predict_modes(client, workers, threads, store, path, sample, count, dtype, memory, weight_bytes,
+                             partition, chunks, sync_every, resident, explain, group_size)
+
+    recovery.enter("probe")
+    return recovery.run(measure)
+
+
+def _cluster(client, among: list[str] | None = None) -> tuple[list[str], int, float]:
+    # the workers (sorted; of ``among`` only, where given), their threads, and the smallest memory limit among them
     info = workers_info(client)
+    if among is not None:
+        info = {w: v for w, v in info.items() if w in among}
     workers = sorted(info)
     if not workers:
         raise DasknnError("the Dask cluster has no workers")
@@ -299,38 +325,33 @@ class _Runs:
     workers: list[str] = field(default_factory=list)
 
 
-def _run_recovering(client, job: Job, workers: list[str], mode: str, group_size: int | None,
-                    todo: list[int]) -> _Runs:
-    # inference's recovery policy: a lost worker loses its blocks and the activations it held, so the chunks not
-    # finished are run again on the workers there are then (the finished ones are kept), with the partition
-    # redone if their number changed; at most MAX_RECOVERIES times
-    runs = _Runs(workers=workers)
-    remaining = list(todo)
-    while remaining:
+def _run_recovering(client, job: Job, recovery: Recovery, mode: str, group_size: int | None, todo: list[int],
+                    check_fits: Callable[[int, list[str]], None]) -> _Runs:
+    # inference's part of the recovery policy: a lost worker loses its blocks and the activations it held, so the
+    # chunks not finished are run again on the workers there are then (the finished ones are kept), with the
+    # partition redone if their number changed (and the memory checked again for it)
+    runs = _Runs()
+
+    def attempt(workers: list[str]) -> None:
+        remaining = [c for c in todo if c not in runs.finished]
         # after a loss the groups are redone: a hybrid group size the workers left no longer divide is dropped
-        fitting = group_size if group_size and len(runs.workers) % group_size == 0 else None
-        g = check_mode(mode, len(runs.workers), fitting if runs.passes else group_size)
+        fitting = group_size if group_size and len(workers) % group_size == 0 else None
+        g = check_mode(mode, len(workers), fitting if recovery.losses else group_size)
+        if recovery.losses:
+            check_fits(g, workers)
+        runs.passes.append(Pass())
         try:
-            one = execute(client, job, runs.workers, g, remaining)
-            runs.passes.append(one)
-            runs.finished.update(one.chunks)
-            remaining = []
-        except WorkersLost as lost:
-            runs.passes.append(lost.partial)
-            runs.finished.update(lost.partial.chunks)
-            remaining = [c for c in remaining if c not in runs.finished]
-            if len(runs.recoveries) >= MAX_RECOVERIES:
-                raise DasknnError(f"workers were lost {len(runs.recoveries) + 1} times ({', '.join(lost.lost)}); "
-                                  "giving up: if they ran out of memory, raise --memory-limit, use --stream, more "
-                                  "--chunks or --keep-layers 1; else see the workers' logs") from None
-            t0 = time.perf_counter()
-            runs.workers = await_workers(client, len(runs.workers), AWAIT_WORKERS_SECONDS)
-            if not runs.workers:
-                raise DasknnError("every Dask worker was lost and none came back")
-            waited = round(time.perf_counter() - t0, 3)
-            runs.recoveries.append({"lost": lost.lost, "chunks_kept": len(runs.finished),
-                                    "chunks_rerun": len(remaining), "waited_seconds": waited,
-                                    "workers_now": len(runs.workers)})
+            execute(client, job, workers, g, remaining, runs.passes[-1], recovery)
+        finally:
+            runs.finished.update(runs.passes[-1].chunks)
+
+    def on_loss(lost) -> dict:
+        remaining = [c for c in todo if c not in runs.finished]
+        return {"chunks_kept": len(runs.finished), "chunks_rerun": len(remaining)}
+
+    recovery.run(attempt, on_loss)
+    runs.workers = recovery.workers
+    runs.recoveries = [loss.as_dict() for loss in recovery.losses]
     return runs
 
 
@@ -377,6 +398,11 @@ def _kept_array(job: Job, runs: _Runs):
 
 #: Times an inference re-runs its unfinished chunks after losing workers before it gives up.
 MAX_RECOVERIES = 3
+
+
+#: What the line that gives up after MAX_RECOVERIES losses tells the user to check.
+GIVE_UP_ADVICE = ("if they ran out of memory, raise --memory-limit, use --stream, more --chunks or --keep-layers 1; "
+                  "else see the workers' logs")
 
 
 #: Seconds an inference waits after losing workers for as many to be back (a nanny restarts a killed one).

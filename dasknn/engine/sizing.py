@@ -169,15 +169,12 @@ def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str
 
 
 def _gather_pinned(client, futures: list, workers: list[str]) -> list:
-    """The results of calibration tasks pinned to ``workers``; one line if one of them leaves the cluster (a
-    task pinned to a lost worker would wait for it for ever)."""
-    from ..runtime.recovery import WorkersLost, watch
+    """The results of calibration tasks pinned to ``workers``; :class:`~dasknn.runtime.recovery.WorkersLost` if
+    one of them leaves the cluster (a task pinned to a lost worker would wait for it for ever: the inference's
+    recovery policy measures again on the workers there are)."""
+    from ..runtime.recovery import watch
 
-    try:
-        watch(client, futures, workers)
-    except WorkersLost as e:
-        raise DasknnError(f"a worker left the cluster while --mode auto measured it (out of memory?): give the "
-                          f"workers more memory (--memory-limit) or choose --mode (lost: {', '.join(e.lost)})") from None
+    watch(client, futures, workers)
     return client.gather(futures)
 
 

@@ -1,7 +1,9 @@
-"""Losing workers: watching futures for a loss, waiting for workers after one, and "ensure a client".
+"""Losing workers: watching futures for a loss, waiting for workers after one, the policy a workflow runs its phases
+under (:class:`Recovery`), and "ensure a client".
 
-The policies stay with their callers: inference re-runs the chunks a loss left unfinished, training restarts
-from its last checkpoint. Both ask the same questions here.
+What to redo stays with the callers: inference re-runs the chunks a loss left unfinished, training restarts from
+its last checkpoint. Both ask the same questions here, and both run every phase (setup included) under one
+:class:`Recovery`, which tells a lost worker from a fault, waits for workers, and gives up with one line.
 """
 
 from __future__ import annotations
@@ -9,6 +11,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class WorkersLost(Exception):
@@ -157,3 +163,143 @@ def ensure_client(client=None, **cluster: object) -> Iterator:
     with local_client(**cluster) as c:
         yield c
 
+
+
+#: Seconds a fault that may come from a worker just lost (a closed connection, a key the scheduler no longer has)
+#: waits for the scheduler to notice the loss before it counts as a fault of its own.
+NOTICE_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class Loss:
+    """One loss of workers a workflow survived: who, in which phase, how long it waited, the workers after, and
+    what the workflow kept and redid (``details``, its own words)."""
+
+    lost: tuple[str, ...]
+    phase: str
+    waited_seconds: float
+    workers_now: int
+    details: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"lost": list(self.lost), "phase": self.phase, **self.details,
+                "waited_seconds": self.waited_seconds, "workers_now": self.workers_now}
+
+
+class Recovery:
+    """A workflow's policy for lost workers, for every phase it runs on the cluster.
+
+    :meth:`run` calls an attempt with the workers there are; when a worker those workers name leaves (whatever the
+    attempt was doing: a scatter, a pinned task, a gather), the policy waits up to ``wait_seconds`` for as many
+    workers as there were (a nanny restarts a killed one at a new address), then calls the attempt again with the
+    workers there are then: the attempt redoes only what the loss left unfinished. It gives up with one line naming
+    the lost workers and the phase (:attr:`phase`, which the workflow sets as it goes) after ``max_losses`` losses,
+    when no worker is left, or when the work no longer fits the workers left.
+
+    Parameters
+    ----------
+    client
+        The ``distributed.Client``.
+    workflow
+        What the policy guards, for its messages ("inference", "training", ...).
+    workers
+        The workers the workflow starts on.
+    max_losses
+        Losses survived before giving up.
+    wait_seconds
+        How long to wait for workers after a loss.
+    advice
+        Appended to the line that gives up after too many losses (what to check).
+    """
+
+    def __init__(self, client, workflow: str, workers: list[str], *, max_losses: int, wait_seconds: float,
+                 advice: str = "see the workers' logs"):
+        self.client, self.workflow = client, workflow
+        self.workers = sorted(workers)
+        self.expected = len(self.workers)
+        self.max_losses, self.wait_seconds, self.advice = max_losses, wait_seconds, advice
+        self.losses: list[Loss] = []
+        #: the phase running now, named by the workflow (``"partition"``, ``"plan"``, ...)
+        self.phase = "setup"
+
+    def enter(self, phase: str) -> None:
+        """Name the phase that runs from now on (the one a loss is reported in)."""
+        self.phase = phase
+
+    def run(self, attempt: Callable[[list[str]], T], on_loss: Callable[[WorkersLost], dict | None] | None = None
+            ) -> T:
+        """``attempt(workers)``, again after each loss of workers until it finishes.
+
+        ``on_loss(lost)`` is called before the wait with the :class:`WorkersLost` (its ``partial`` is what the
+        attempt had finished, where it said); what it returns goes into the :class:`Loss` record."""
+        while True:
+            try:
+                return attempt(list(self.workers))
+            except Exception as error:
+                lost = self.lost_in(error)
+                if lost is None:
+                    if self._shrunk(error):
+                        raise self._after_shrinking(error) from None
+                    raise
+                details = on_loss(lost) if on_loss is not None else None
+                self._recover(lost, details or {})
+
+    def lost_in(self, error: BaseException) -> WorkersLost | None:
+        """The loss ``error`` comes from, or None when it is a fault of its own (a retry would repeat it)."""
+        from distributed import KilledWorker
+
+        if isinstance(error, WorkersLost):
+            return error
+        if isinstance(error, KilledWorker):
+            return WorkersLost([str(getattr(error, "last_worker", "?"))])
+        deadline = time.monotonic() + (NOTICE_SECONDS if _may_come_from_a_loss(error) else 0.0)
+        while True:
+            try:
+                gone = sorted(set(self.workers) - set(workers_info(self.client)))
+            except Exception:  # the scheduler itself is unreachable: nothing to recover onto
+                return None
+            if gone:
+                return WorkersLost(gone)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
+
+    def _recover(self, lost: WorkersLost, details: dict) -> None:
+        from ..errors import DasknnError
+
+        names = ", ".join(lost.lost)
+        if len(self.losses) >= self.max_losses:
+            raise DasknnError(f"workers were lost {len(self.losses) + 1} times during {self.workflow} (the last, "
+                              f"{names}, in its {self.phase} phase); giving up: {self.advice}")
+        t0 = time.perf_counter()
+        workers = await_workers(self.client, self.expected, self.wait_seconds)
+        if not workers:
+            raise DasknnError(f"worker {names} left during the {self.phase} phase of {self.workflow} and no worker "
+                              f"came back within {self.wait_seconds:.0f} s; start workers and run again")
+        self.losses.append(Loss(tuple(lost.lost), self.phase, round(time.perf_counter() - t0, 3), len(workers),
+                                details))
+        self.workers = workers
+
+    def _shrunk(self, error: BaseException) -> bool:
+        # a check that failed because the workflow goes on with fewer workers than it started with
+        from ..errors import DasknnError
+
+        return isinstance(error, DasknnError) and bool(self.losses) and len(self.workers) < self.expected
+
+    def _after_shrinking(self, error: BaseException) -> BaseException:
+        from ..errors import DasknnError
+
+        last, n = self.losses[-1], len(self.workers)
+        return DasknnError(f"worker {', '.join(last.lost)} left during the {last.phase} phase of {self.workflow} "
+                           f"and was not replaced within {self.wait_seconds:.0f} s; on the {n} "
+                           f"worker{'s' if n != 1 else ''} left: {error}")
+
+
+def _may_come_from_a_loss(error: BaseException) -> bool:
+    """Whether ``error`` is what a worker lost a moment ago looks like before the scheduler has removed it."""
+    from asyncio import CancelledError
+
+    from distributed import CancelledError as FutureCancelled
+    from distributed.comm import CommClosedError
+
+    return isinstance(error, (OSError, KeyError, CommClosedError, CancelledError, FutureCancelled, TimeoutError))

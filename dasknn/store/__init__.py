@@ -57,6 +57,7 @@ from .plans import (
     open_plan_store,
     plan_digest,
     read_plan_owners,
+    resume_plan_store,
     write_plan_layer,
 )
 from .results import RESULTS_FORMAT, open_results, read_activations, read_results, write_chunk_result
@@ -97,6 +98,7 @@ __all__ = [
     "read_plan_owners",
     "read_results",
     "replace_atomically",
+    "resume_plan_store",
     "save_partition",
     "store_dtype",
     "write_chunk_result",

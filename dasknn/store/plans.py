@@ -73,6 +73,35 @@ def write_plan_layer(path: str | os.PathLike[str], k: int, row: list, blocks: li
     layer.attrs["complete"] = True
 
 
+def resume_plan_store(path: str | os.PathLike[str], network: str, owners: np.ndarray) -> dict[int, np.ndarray]:
+    """The layers an interrupted writing of the part plan of ``network`` under ``owners`` at ``path`` finished, each
+    with its counts (:func:`dasknn.plan.layer_counts`, read back from the lists' sizes): what a writing continued
+    after a lost worker keeps. Empty where there is no such unfinished plan (none, another, or a complete one)."""
+    try:
+        root = zarr.open_group(Path(path), mode="r", zarr_format=3)
+        attrs = dict(root.attrs).get("dasknn")
+    except Exception:  # nothing there, or not a group: nothing to continue
+        return {}
+    if (not isinstance(attrs, dict) or attrs.get("format") != PLAN_FORMAT or attrs.get("version") != VERSION
+            or attrs.get("complete") or attrs.get("digest") != plan_digest(network, owners)):
+        return {}
+    parts = int(owners.max()) + 1
+    done: dict[int, np.ndarray] = {}
+    for k in range(1, int(owners.shape[0])):
+        try:
+            if not dict(root[f"l{k}"].attrs).get("complete"):
+                continue
+            counts = np.zeros((parts, parts), dtype=np.int64)
+            for q in range(parts):
+                desc = dict(root[f"l{k}/p{q}"].attrs)["lists"]
+                sends = desc["sizes"][len(_LISTS) + len(desc["recv"]):]
+                counts[q, list(desc["send"])] = sends
+        except Exception:  # a layer the lost task left half written: written again
+            continue
+        done[k] = counts
+    return done
+
+
 def finish_plan_store(path: str | os.PathLike[str], counts: np.ndarray) -> None:
     """Mark a part plan complete, with its exchange counts ``(L, parts, parts)``, once every layer is written."""
     root = zarr.open_group(Path(path), mode="r+", zarr_format=3)

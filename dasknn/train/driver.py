@@ -19,7 +19,7 @@ from ..errors import DasknnError
 from ..kernels import to_device
 from ..network import Network
 from ..runtime import metrics
-from ..runtime.recovery import await_workers, ensure_client, smallest_memory_limit, worker_lost, workers_info
+from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
 from .checkpoint import load_checkpoint, save_checkpoint
 from .data import load_data, schedule, split
 from .data_mode import DataRunner
@@ -191,50 +191,54 @@ def _runner_factory(client, mode: str, workers: int, parts: int, plan, job: _Job
     return start
 
 
-def _run_on_cluster(client, start_on_cluster, model: Model, job: _Job) -> _Outcome:
-    """Run the chunks on Dask; after a lost worker, rebuild from this run's last checkpoint (or its start)."""
-    runner, n_workers = start_on_cluster(model)
-    sent0 = client.run(metrics.bytes_sent)
-    t0 = time.perf_counter()
+@dataclass
+class _Progress:
+    """Where a run on Dask stands (kept across the attempts of its recovery policy)."""
+
+    losses: list[float]
+    runner: object = None
+    saved: int | None = None  # the step of the last checkpoint this run wrote (to restart from), if any
+    sent0: dict | None = None
+    t0: float = 0.0
+
+
+def _run_on_cluster(client, recovery: Recovery, start_on_cluster, model: Model, job: _Job) -> _Outcome:
+    """Run the chunks on Dask; after a lost worker (in the set-up or a step), rebuild from this run's last checkpoint
+    (or its start) on the workers there are."""
     done, chunks = model.step, job.chunks
     at_chunk = {a: i for i, (a, _) in enumerate(chunks)}
-    saved = False  # whether this run has written a checkpoint to restart from
-    losses: list[float] = []
-    i = restarts = 0
-    while True:
-        try:
-            if i == len(chunks):
-                # the figures before the model comes back to the client (the gather is counted as sent)
-                seconds = time.perf_counter() - t0
-                sent1 = client.run(metrics.bytes_sent)
-                final = runner.model()
-                break
+    run = _Progress(losses=[])
+
+    def attempt(workers: list[str]) -> _Outcome:
+        back = load_checkpoint(job.checkpoint)[0] if run.saved is not None else model
+        del run.losses[back.step - done:]
+        recovery.enter("set-up")  # the model's parts and the data scattered to the workers
+        run.runner, _ = start_on_cluster(back)
+        if run.sent0 is None:
+            run.sent0, run.t0 = client.run(metrics.bytes_sent), time.perf_counter()
+        recovery.enter("steps")
+        for i in range(at_chunk.get(back.step - done, len(chunks)), len(chunks)):
             a, b = chunks[i]
-            out = runner.run(job.todo[a:b], job.lr, done + a)
+            run.losses += run.runner.run(job.todo[a:b], job.lr, done + a)
             if job.checkpoint_every and (done + b) % job.checkpoint_every == 0:
-                save_checkpoint(job.checkpoint, runner.model(), {"seed": job.seed})
-                saved = True
-        except Exception as e:
-            if not worker_lost(client, set(runner.workers), e):
-                raise
-            restarts += 1
-            if restarts > MAX_RESTARTS:
-                raise DasknnError(f"workers were lost {restarts} times during training; giving up") from e
-            runner.cancel()
-            # a nanny restarts a killed worker; after the wait, carry on with the workers there are
-            await_workers(client, n_workers, AWAIT_WORKERS_SECONDS)
-            back = load_checkpoint(job.checkpoint)[0] if saved else model
-            losses = losses[:back.step - done]
-            i = at_chunk.get(back.step - done, len(chunks))
-            runner, n_workers = start_on_cluster(back)
-            continue
-        losses += out
-        i += 1
-        if job.progress is not None:
-            job.progress(done + b)
-    # a lost worker's counter is lost with it; a restarted one counts from zero
-    sent = sum(sent1[w] - sent0.get(w, 0) for w in sent1)
-    return _Outcome(final, losses, seconds, sent, restarts)
+                save_checkpoint(job.checkpoint, run.runner.model(), {"seed": job.seed})
+                run.saved = done + b
+            if job.progress is not None:
+                job.progress(done + b)
+        # the figures before the model comes back to the client (the gather is counted as sent)
+        seconds = time.perf_counter() - run.t0
+        sent1 = client.run(metrics.bytes_sent)
+        final = run.runner.model()
+        # a lost worker's counter is lost with it; a restarted one counts from zero
+        sent = sum(sent1[w] - run.sent0.get(w, 0) for w in sent1)
+        return _Outcome(final, run.losses, seconds, sent, len(recovery.losses))
+
+    def on_loss(lost) -> dict:
+        if run.runner is not None:
+            run.runner.cancel()
+        return {"restart_from_step": int(done if run.saved is None else run.saved)}
+
+    return recovery.run(attempt, on_loss)
 
 
 def train(
@@ -334,13 +338,18 @@ def train(
     if mode == "single":
         run = _run_single(model.on(backend), job)
     else:
+        # every phase on the cluster (the partition, the set-up, the steps) runs under one policy for lost workers
+        recovery = Recovery(client, "training", sorted(workers_info(client)), max_losses=MAX_RESTARTS,
+                            wait_seconds=AWAIT_WORKERS_SECONDS, advice="see the workers' logs")
         plan = None
         if mode != "data":
             from ..plan import build_plan
 
-            owners, part_name = _owners(layers, partition, parts, path, seed, client)
+            recovery.enter("partition")
+            owners, part_name = recovery.run(lambda ws: _owners(layers, partition, parts, path, seed, client))
             plan = build_plan(layers, owners)  # computed once: a restart after a lost worker reuses it
-        run = _run_on_cluster(client, _runner_factory(client, mode, workers, parts, plan, job, backend), model, job)
+        run = _run_on_cluster(client, recovery, _runner_factory(client, mode, workers, parts, plan, job, backend),
+                              model, job)
     run.model = run.model.on("cpu")
     if checkpoint is not None and todo:
         save_checkpoint(checkpoint, run.model, {"seed": seed})

@@ -1,0 +1,177 @@
+"""A real Dask cluster of separate processes (``dask scheduler``, ``dask worker`` under nannies) and a scheduler plugin
+that SIGKILLs the worker running a chosen task: the chaos tests' harness.
+
+The scheduler imports this module (its ``PYTHONPATH`` holds the tests folder), so the plugin is registered from the
+test's client by reference. Every process is on 127.0.0.1; the kill finds the worker by the pid it reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+TESTS = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Kill:
+    """Which worker to kill and when: the one a task whose key starts with ``prefix`` reaches ``state`` on
+    (``processing``: it started; ``memory``: it finished; ``scattered``: data a client scattered arrived, which
+    the scheduler learns without a transition), the ``nth`` such task, ``delay`` seconds after."""
+
+    prefix: str
+    state: str = "processing"
+    nth: int = 1
+    delay: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.prefix}{self.state[:3]}{self.nth}+{self.delay:g}"
+
+
+class KillOnTask(SchedulerPlugin):
+    """On the scheduler: SIGKILL the worker a task of :class:`Kill` reaches its state on, once."""
+
+    name = "chaos-kill"
+
+    def __init__(self, kill: Kill):
+        self.kill = kill
+        self.seen = 0
+        self.fired: dict | None = None
+        self.scheduler = None
+
+    async def start(self, scheduler) -> None:
+        self.scheduler = scheduler
+        if self.kill.state == "scattered":
+            from tornado.ioloop import PeriodicCallback
+
+            self.looking = PeriodicCallback(self._look, 2)
+            self.looking.start()
+
+    async def close(self) -> None:
+        if self.kill.state == "scattered":
+            self.looking.stop()
+
+    def _look(self) -> None:
+        # scattered keys enter the scheduler in memory, with no transition: look for them
+        if self.fired is not None:
+            self.looking.stop()
+            return
+        for key, ts in list(self.scheduler.tasks.items()):
+            if isinstance(key, str) and key.startswith(self.kill.prefix) and ts.who_has:
+                self._fire(key, next(iter(ts.who_has)))
+                return
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        if self.fired is not None or finish != self.kill.state:
+            return
+        if not isinstance(key, str) or not key.startswith(self.kill.prefix):
+            return
+        ts = self.scheduler.tasks.get(key)
+        self._fire(key, ts.processing_on if finish == "processing" else next(iter(ts.who_has or ()), None))
+
+    def _fire(self, key: str, ws) -> None:
+        if ws is None or not ws.pid:
+            return
+        self.seen += 1
+        if self.seen < self.kill.nth:
+            return
+        self.fired = {"key": key, "worker": ws.address, "pid": ws.pid, "at": time.time()}
+        self.scheduler.loop.call_later(self.kill.delay, _kill, ws.pid)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def fired(dask_scheduler) -> dict | None:
+    """What the kill plugin did (run with ``client.run_on_scheduler``): None if it has not fired."""
+    plugin = dask_scheduler.plugins.get(KillOnTask.name)
+    return None if plugin is None else plugin.fired
+
+
+def forget(dask_scheduler) -> None:
+    """Remove the kill plugin (run with ``client.run_on_scheduler``)."""
+    dask_scheduler.plugins.pop(KillOnTask.name, None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """The processes' environment: this one, the tests folder importable, and ``extra``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), *filter(None, [env.get("PYTHONPATH")])])
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Cluster:
+    """A running scheduler and its nanny-managed workers (:func:`real_cluster`)."""
+
+    address: str
+    processes: list[subprocess.Popen]
+
+
+@contextlib.contextmanager
+def real_cluster(workers: int = 2, memory_limit: str = "2GB", timeout: float = 60.0) -> Iterator[Cluster]:
+    """A ``dask scheduler`` and ``workers`` ``dask worker`` processes (one thread each, under nannies) on
+    127.0.0.1; every process is ended on exit."""
+    from distributed import Client
+
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = environment()
+    dask = [sys.executable, "-m", "dask"]  # this interpreter's dask, whatever PATH says
+    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--dashboard-address", "127.0.0.1:0", "--no-show"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
+    try:
+        for _ in range(workers):
+            procs.append(subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--nworkers", "1",
+                                           "--memory-limit", memory_limit, "--host", "127.0.0.1", "--nanny",
+                                           "--no-dashboard"],
+                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True))
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with Client(address, timeout="5s") as c:
+                    c.wait_for_workers(workers, timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except (OSError, TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield Cluster(address, procs)
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+
+
+#: What a traceback looks like in a process's stderr.
+TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
