@@ -427,13 +427,14 @@ def test_activations_need_a_results_store(client, slice_store):
 def test_part_blocks_reuse_the_space_of_two_layers_back():
     # a step writes its block where the part's block of two layers back was (the one before is its input), and
     # the run's end lets the spaces go
-    from dasknn.engine import tasks
+    from dasknn.engine.worker_run import inference_run
+    from dasknn.runtime.worker_runs import close_run
 
-    held, like = ("run-space-test", 0, 0), np.empty((1, 1))
-    first, second = (tasks._space(held, "block", like, (40, 50), 2) for _ in range(2))
-    third = tasks._space(held, "block", like, (38, 50), 2)  # a layer with fewer outputs fits
+    run, like = inference_run("run-space-test"), np.empty((1, 1))
+    first, second = (run.space(0, 0, "block", like, (40, 50), 2) for _ in range(2))
+    third = run.space(0, 0, "block", like, (38, 50), 2)  # a layer with fewer outputs fits
     assert np.shares_memory(first, third) and not np.shares_memory(first, second)
     assert not np.shares_memory(second, third) and third.flags.c_contiguous and third.shape == (38, 50)
-    assert not np.shares_memory(tasks._space(held, "block", like, (80, 50), 2), second)  # too small: a new one
-    tasks.close_streams("run-space-test")
-    assert not [key for key in tasks._SPACES if key[0] == held]
+    assert not np.shares_memory(run.space(0, 0, "block", like, (80, 50), 2), second)  # too small: a new one
+    close_run("run-space-test")
+    assert not run.spaces

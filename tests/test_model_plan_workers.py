@@ -157,10 +157,13 @@ def test_the_plan_task_keeps_the_parts_blocks_for_its_weights_task(slice_store, 
     # the worker reads each layer once: the weights' task takes the blocks its plan task made from the layers it
     # read, the same blocks as when read from the store (what it still does when none are kept)
     from dasknn.engine import tasks
+    from dasknn.engine.worker_run import inference_run
+    from dasknn.runtime.worker_runs import close_run
 
     layers = store.open_store(slice_store).network().layers
     owners = partition.partition_network(layers, 2, "random", seed=1)
     held = ("test-run", 0, 1)
+    run = inference_run("test-run")  # this process's object of the run (a worker's, on a cluster)
     try:
         exchange_plan.plan_part(str(slice_store), owners, 2, held)
         first_rows = int(np.count_nonzero(owners[0] == 1))
@@ -168,7 +171,7 @@ def test_the_plan_task_keeps_the_parts_blocks_for_its_weights_task(slice_store, 
         layer = store.NetworkStore.layer
         monkeypatch.setattr(store.NetworkStore, "layer", lambda self, k: reads.append(k) or layer(self, k))
         kept = tasks.load_part_layers(str(slice_store), held, first_rows, "float64", "cpu")
-        assert reads == [] and held not in exchange_plan.BLOCKS and held in exchange_plan.PLANS
+        assert reads == [] and (0, 1) not in run.blocks and (0, 1) in run.plans
         again = tasks.load_part_layers(str(slice_store), held, first_rows, "float64", "cpu")
         assert reads == list(range(1, len(layers) + 1))
         for (pl, block), (pl2, block2) in zip(kept, again):
@@ -177,5 +180,6 @@ def test_the_plan_task_keeps_the_parts_blocks_for_its_weights_task(slice_store, 
                 np.testing.assert_array_equal(a, b)
                 assert a.dtype == b.dtype
     finally:
-        exchange_plan.drop_plans("test-run")
-    assert held not in exchange_plan.PLANS and held not in exchange_plan.BLOCKS
+        close_run("test-run")
+    assert not run.plans and not run.blocks and inference_run("test-run") is not run  # closed: a new run's is new
+    close_run("test-run")

@@ -17,12 +17,12 @@ def data_chunk(graph: PinnedGraph, c: int, start: int, w: str, weights: list | L
     for first in range(1, depth + 1, segment):
         last = min(depth, first + segment - 1)
         final = last == depth
-        args = (weights, images, start, first, last, bias, ymax, final, results)
+        args = (graph.run, weights, images, start, first, last, bias, ymax, final, results)
         if first > 1:
             # continue from the previous segment's (yt, ids)
             yt_key = graph.add(w, f"state-l{first - 1}-c{c}-yt", (segment_state, ref(key), 0))
             id_key = graph.add(w, f"state-l{first - 1}-c{c}-ids", (segment_state, ref(key), 1))
-            args = (weights, ref(yt_key), ref(id_key), first, last, bias, ymax, final, results)
+            args = (graph.run, weights, ref(yt_key), ref(id_key), first, last, bias, ymax, final, results)
         if final and keep is not None:
             args = (*args, keep)
         key = graph.add(w, f"spmm-l{first}-{last}-p0-c{c}", (run_segment, *args))

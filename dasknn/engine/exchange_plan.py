@@ -13,6 +13,7 @@ from ..plan import Outline, PartLayer, local_block, part_inputs
 from ..runtime.graph import PinnedGraph
 from ..runtime.recovery import watch
 from ..store import open_store
+from .worker_run import inference_run
 
 
 def part_plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, parts: int, q: int) -> PartLayer:
@@ -37,23 +38,12 @@ def part_plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, parts
     return pl
 
 
-#: Per worker process: each part's plan, made by :func:`plan_part` and kept by the worker until its run ends, by
-#: ``(run, group, part)``. Its weights' task takes it from here, not as a Dask dependency: a worker lost later
-#: then leaves that task waiting for it (the run raises WorkersLost), never depending on data already dropped.
-PLANS: dict[tuple[str, int, int], list[PartLayer]] = {}
-
-#: Per worker process: each part's blocks of every layer (:func:`~dasknn.plan.local_block`, the store's dtype),
-#: made by :func:`plan_part` from the layers it read for the plan, by ``(run, group, part)``; the part's weights'
-#: task takes them (:func:`take_blocks`) so that the worker reads each layer once.
-BLOCKS: dict[tuple[str, int, int], list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
-
-
 def plan_part(path: str, owners: np.ndarray, parts: int, held: tuple[str, int, int]) -> np.ndarray:
     """Part ``held[2]``'s plan for every layer of the network stored at ``path`` (a task on the part's worker),
-    kept in :data:`PLANS` under ``held`` with the part's blocks in :data:`BLOCKS`; returns its counts
-    (:func:`send_counts`)."""
+    kept by the worker's run ``held[0]`` for group ``held[1]`` with the part's blocks (see
+    :class:`~dasknn.engine.worker_run.InferenceRun`); returns its counts (:func:`send_counts`)."""
     store = open_store(path, check="lazy")  # the client has checked the store's metadata
-    q = held[2]
+    run, group, q = held
     plans, blocks = [], []
     rows = int(np.count_nonzero(owners[0] == q))  # layer 1 reads the part's input pixels
     for k in range(1, store.depth + 1):
@@ -61,30 +51,24 @@ def plan_part(path: str, owners: np.ndarray, parts: int, held: tuple[str, int, i
         plans.append(part_plan_layer(w, owners[k - 1], owners[k], parts, q))
         blocks.append(local_block(w, plans[-1], rows))
         rows = plans[-1].outputs.size
-    PLANS[held], BLOCKS[held] = plans, blocks
+    kept = inference_run(run)
+    kept.plans[(group, q)], kept.blocks[(group, q)] = plans, blocks
     return send_counts(plans, parts)
 
 
-def held_plan(held: tuple[str, int, int]) -> list[PartLayer]:
-    """The plan :func:`plan_part` kept on this worker under ``held``."""
-    if held not in PLANS:
-        raise DasknnError(f"model mode: part {held[2]} of group {held[1]} found no plan on this worker "
+def held_plan(run: str, group: int, part: int) -> list[PartLayer]:
+    """The plan :func:`plan_part` kept on this worker for ``run``'s part ``part`` of group ``group``."""
+    plans = inference_run(run).plans
+    if (group, part) not in plans:
+        raise DasknnError(f"model mode: part {part} of group {group} found no plan on this worker "
                           "(its plan task ran elsewhere)")
-    return PLANS[held]
+    return plans[(group, part)]
 
 
-def take_blocks(held: tuple[str, int, int]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
-    """The part's blocks :func:`plan_part` kept on this worker under ``held``, no longer kept (the weights' task
-    holds them as it needs them); None when they were taken already."""
-    return BLOCKS.pop(held, None)
-
-
-def drop_plans(run: str) -> None:
-    """Forget the plans of ``run`` kept on this worker (and the blocks no task took)."""
-    for held in [h for h in PLANS if h[0] == run]:
-        del PLANS[held]
-    for held in [h for h in BLOCKS if h[0] == run]:
-        del BLOCKS[held]
+def take_blocks(run: str, group: int, part: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """The part's blocks :func:`plan_part` kept on this worker, no longer kept (the weights' task holds them as it
+    needs them); None when they were taken already."""
+    return inference_run(run).blocks.pop((group, part), None)
 
 
 def send_counts(part: list[PartLayer], parts: int) -> np.ndarray:

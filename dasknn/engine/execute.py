@@ -16,6 +16,7 @@ from ..plan import Outline
 from ..runtime.graph import PinnedGraph, ref
 from ..runtime.metrics import bytes_sent, exchange_log_pop, install_exchange_log
 from ..runtime.recovery import Recovery, WorkersLost, watch
+from ..runtime.worker_runs import close_run, run_figures
 from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest, resume_plan_store
 from .data_mode import data_chunk
 from .exchange_plan import plan_on_workers
@@ -24,18 +25,14 @@ from .model_mode import model_chunk
 from .owners import partition_owners
 from .sizing import compaction_layer, sync_layers
 from .tasks import (
-    LayerStreamSpec,
-    PartStreamSpec,
     ResultSpec,
-    close_streams,
     leading,
     load_all_layers,
     load_part_layers,
-    message_tally,
     segment_state,
-    stream_bytes,
     write_part_plan_layer,
 )
+from .worker_run import LayerStreamSpec, PartStreamSpec
 
 
 @dataclass
@@ -134,7 +131,7 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: 
         _run(client, job, workers, layout, todo, loaded, images, out)
     finally:
         # however the pass ended, the run's blocks, plans and streamed layers leave the workers still there
-        client.run(close_streams, layout.run, on_error="ignore")
+        client.run(close_run, layout.run, on_error="ignore")
     if layout.outline is not None:
         out.plan_bytes = _plan_bytes(job, layout.outline, out)
 
@@ -248,7 +245,6 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
     # submit the graph, collect the chunks as they finish, then what the workers measured
     graph, result_keys, kept_keys = _graph(job, layout, todo, loaded, image_keys)
     out.tasks = len(graph)
-    read_before = client.run(stream_bytes)
     sent_before = client.run(bytes_sent)
     t0 = time.perf_counter()
     futures = graph.submit(client, list(result_keys) + list(kept_keys.values()))
@@ -275,10 +271,10 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
         for k, nbytes in client.run_on_scheduler(exchange_log_pop, run=layout.run).items():
             if k <= job.store.depth:  # (the last layer's blocks go to the categories task, not to a part)
                 out.per_layer[k - 1, 2] += nbytes
-    for tally in client.run(message_tally, layout.run).values():
-        for k, (dense, sent) in tally.items():
+    for figures in client.run(run_figures, layout.run).values():
+        for k, (dense, sent) in figures.get("messages", {}).items():
             out.per_layer[k - 1, :2] += (dense, sent)
-    out.bytes_read = _grown(read_before, client.run(stream_bytes))
+        out.bytes_read += figures.get("bytes_read", 0)
 
 
 def _grown(before: dict[str, int], after: dict[str, int]) -> int:

@@ -44,7 +44,7 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
                                                                           else set())
             recipients = tuple(sorted(needs))
             masked = tuple(key for q, key in enumerate(masks_from) if q != p)
-            spec = StepSpec(k=k, held=(graph.run, c, p), bias=bias, ymax=ymax, others=tuple(s for s, _ in inbox[p]),
+            spec = StepSpec(k=k, run=graph.run, chunk=c, part=p, bias=bias, ymax=ymax, others=tuple(s for s, _ in inbox[p]),
                             recipients=recipients, sync=sync, final=final, with_block=with_block, compact=compact,
                             split=split, masked=len(masked))
             key = graph.add(members[p], f"spmm-l{k}-p{p}-c{c}", (

@@ -1,4 +1,5 @@
-"""Worker-side task functions of inference and their per-process state (streams, held blocks, tallies)."""
+"""Worker-side task functions of inference. What a run keeps on a worker between its tasks (streams, held blocks,
+reused space, tallies) is the run's object (:class:`~dasknn.engine.worker_run.InferenceRun`), found by its id."""
 
 from __future__ import annotations
 
@@ -11,43 +12,20 @@ from .. import kernels
 from ..errors import DasknnError
 from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
 from ..runtime.heap import large_array_heap
-from .exchange_plan import drop_plans, held_plan, take_blocks
+from .exchange_plan import held_plan, take_blocks
 from .inputs import load_images
-from ..store import (
-    LayerStream,
-    PartStream,
-    ReadAhead,
-    open_store,
-    read_plan_owners,
-    write_chunk_result,
-    write_plan_layer,
+from .worker_run import (  # (the stream specs' old home was here: importers of them from here still work)
+    Block,
+    InferenceRun,
+    LayerStreamSpec,
+    PartState,
+    PartStreamSpec,
+    SplitStep,
+    StreamSpec,
+    inference_run,
 )
+from ..store import open_store, read_plan_owners, write_chunk_result, write_plan_layer
 
-
-Block = tuple[np.ndarray, np.ndarray, np.ndarray]  # indptr, indices, data (CSC)
-
-
-@dataclass(frozen=True)
-class LayerStreamSpec:
-    """Data mode out of core: stream whole layers of the store at ``path`` as ``dtype``, ``keep`` at once."""
-
-    path: str
-    dtype: str
-    keep: int
-
-
-@dataclass(frozen=True)
-class PartStreamSpec:
-    """Model mode out of core: stream part ``part``'s blocks from the part plan at ``plan``, ``keep`` at once."""
-
-    plan: str
-    part: int
-    dtype: str
-    keep: int
-
-
-#: A stream's spec (what the worker opens, once per process and spec).
-StreamSpec = LayerStreamSpec | PartStreamSpec
 
 
 @dataclass(frozen=True)
@@ -61,7 +39,8 @@ class ResultSpec:
 
 @dataclass(frozen=True)
 class StepSpec:
-    """What one model-mode step knows before it runs: part ``held[2]``'s layer ``k`` of chunk ``held[1]``.
+    """What one model-mode step knows before it runs: part ``part``'s layer ``k`` of chunk ``chunk`` in run ``run``
+    (whose object on the worker holds the part's block between its steps).
 
     ``others`` are the senders of its inbox's messages, in order; ``masked`` how many inbox entries after those
     only carry other parts' alive masks (overlapped steps get the masks of a sync layer two layers on, from the
@@ -72,7 +51,9 @@ class StepSpec:
     """
 
     k: int
-    held: tuple[str, int, int]  # (run, chunk, part): where the part's block waits between its steps
+    run: str
+    chunk: int
+    part: int
     bias: float
     ymax: float
     others: tuple[int, ...]
@@ -97,11 +78,13 @@ def load_part_layers(path: str, part: list[PartLayer] | tuple[str, int, int], fi
                      backend: str) -> list[tuple[PartLayer, Block]]:
     # model mode: only this part's columns of each layer, indexed into the rows it reads (its previous block,
     # then the received rows), kept beside the part's plan so the per-layer tasks carry no arrays of their own.
-    # part: its plan, or where this worker keeps the plan it made (exchange_plan.plan_part) with the part's
-    # blocks, made from the layers it read then; read from the store only when they are not kept
+    # part: its plan, or (run, group, part): where this worker's run keeps the plan it made
+    # (exchange_plan.plan_part) with the part's blocks, made from the layers it read then; read from the store
+    # only when they are not kept
     blocks = None
     if not isinstance(part, list):
-        part, kept = held_plan(part), take_blocks(part)
+        run, group, q = part
+        part, kept = held_plan(run, group, q), take_blocks(run, group, q)
         blocks = None if kept is None else _drain(kept)
     if blocks is None:
         store = open_store(path, check="metadata")
@@ -118,74 +101,12 @@ def _drain(blocks: list[Block]):
         yield block
 
 
-#: Per worker process: the open streams, by spec.
-_STREAMS: dict[StreamSpec, ReadAhead] = {}
-
-
-#: Decoded bytes read by the streams this worker process has closed (so the counts survive their closing).
-_CLOSED_BYTES = [0]
-
-
-#: Per worker process: each model-mode part's activations between its layer tasks, by (run, chunk, part), as
-#: ``[layer, block, alive masks of its sync layers so far]``. Only the boundary messages travel through Dask; a
-#: block never leaves its worker, so it needs no key (a key per block cost a scheduler round trip per layer).
-_HELD: dict[tuple[str, int, int], list] = {}
-
-
-#: Per worker process, on the CPU: the flat arrays each model-mode part's blocks, received rows and (overlapped
-#: steps) packed inputs are written into, by (run, chunk, part) and use, reused layer after layer (a fresh array
-#: of 100 MB each layer costs page faults the step waits on: every array over 32 MiB is a fresh mmap).
-_SPACES: dict[tuple[tuple[str, int, int], str], list[np.ndarray]] = {}
-
-
-def _space(held: tuple[str, int, int], use: str, like, shape: tuple[int, int], generations: int):
-    """An uninitialised ``shape`` array of ``like``'s dtype for part ``held``'s ``use``: in the space of its array
-    of that use ``generations`` calls back (a block of layer k goes where the block of layer k - 2 was: the block
-    of layer k - 1 is the step's input). A fresh array on a device."""
-    if not isinstance(like, np.ndarray):
-        return kernels.empty_like_kind(like, shape)
-    size = shape[0] * shape[1]
-    spaces = _SPACES.setdefault((held, use), [])
-    space = spaces.pop(0) if len(spaces) == generations else None
-    if space is None or space.size < size or space.dtype != like.dtype:
-        space = np.empty(size + size // 16, dtype=like.dtype)  # room for a layer with a few more rows
-    spaces.append(space)
-    return space[:size].reshape(shape)
-
-
-def _stream(spec: StreamSpec) -> ReadAhead:
-    # one stream per worker process and spec, so consecutive tasks share its read-ahead
-    if spec not in _STREAMS:
-        if isinstance(spec, LayerStreamSpec):
-            _STREAMS[spec] = LayerStream(spec.path, spec.dtype, spec.keep)
-        else:
-            _STREAMS[spec] = PartStream(spec.plan, spec.part, spec.dtype, spec.keep)
-    return _STREAMS[spec]
-
-
-def stream_bytes(dask_worker) -> int:
-    return int(sum(s.bytes_read for s in _STREAMS.values()) + _CLOSED_BYTES[0])
-
-
 def close_streams(run: str) -> None:
-    # after a run: the layers a stream holds leave the worker's memory, and no stream outlives its plan;
-    # nor does any block of the run's model-mode parts (a failed run leaves some), nor their plans
-    for held in [h for h in _HELD if h[0] == run]:
-        del _HELD[held]
-    for key in [key for key in _SPACES if key[0][0] == run]:
-        del _SPACES[key]
-    drop_plans(run)
-    for spec in list(_STREAMS):
-        stream = _STREAMS.pop(spec)
-        _CLOSED_BYTES[0] += stream.bytes_read
-        stream.close()
-    kernels.release_device_layers()  # and so do the device copies of streamed layers
-    kernels.release_scratch()  # and the steps' scratch
+    """Close run ``run``'s object in this process (its streams, held blocks, plans, space): the old name of
+    :func:`dasknn.runtime.worker_runs.close_run`, for callers that call it directly."""
+    from ..runtime.worker_runs import close_run
 
-
-def _part_layer(part: list[tuple[PartLayer, Block]] | PartStreamSpec, k: int) -> tuple[PartLayer, Block]:
-    # a model-mode part's layer k: held in memory (a list), or read from its part plan as it is needed
-    return part[k - 1] if isinstance(part, list) else _stream(part).layer(k)
+    close_run(run)
 
 
 @large_array_heap()  # a layer's blocks are arrays of megabytes, made and dropped per layer
@@ -203,17 +124,17 @@ def write_part_plan_layer(path: str, plan_path: str, k: int, parts: int) -> np.n
     return layer_counts(row)
 
 
-def run_segment(weights: list[Block] | LayerStreamSpec, yt: np.ndarray, ids: np.ndarray | int, first: int,
+def run_segment(run: str, weights: list[Block] | LayerStreamSpec, yt: np.ndarray, ids: np.ndarray | int, first: int,
                 last: int, bias: float, ymax: float, final: bool, results: ResultSpec | None = None,
                 keep: tuple[int, int] | None = None):
-    # weights: resident blocks, or the spec of a stream that reads the layers from the store as needed
+    # weights: resident blocks, or the spec of a stream (of run ``run``) that reads the layers as they are needed
     # ids: the images' original indices, or (first segment) the chunk's first index
     # keep: the chunk's (first index, images): the last segment also returns the chunk's final activations
     ids = np.arange(ids, ids + yt.shape[1]) if isinstance(ids, int) else ids
     if isinstance(weights, list):
         layers = weights[first - 1:last]
     else:
-        layers = _stream(weights).layers(first, last)
+        layers = inference_run(run).stream(weights).layers(first, last)
         if not isinstance(yt, np.ndarray):
             # activations on a device: keep the streamed layers' device copies that fit, for the next chunks
             layers = kernels.keep_on_device(weights, first, layers)
@@ -263,28 +184,20 @@ def _keep(masks: list[np.ndarray]) -> np.ndarray:
     return keep
 
 
-#: Per worker process and run: bytes of the boundary messages built, per layer, as [dense rows, sent].
-_MESSAGES: dict[str, dict[int, list[int]]] = {}
-
-
-def message_tally(run: str) -> dict[int, list[int]]:
-    return _MESSAGES.pop(run, {})
-
-
 def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, images, after, *inbox: tuple
          ) -> tuple:
-    """Part ``spec.held[2]``'s layer ``spec.k`` of one chunk, and what it sends for layer ``spec.k + 1``.
+    """Part ``spec.part``'s layer ``spec.k`` of one chunk, and what it sends for layer ``spec.k + 1``.
 
-    The block comes from ``images`` (layer 1) or from what this worker holds (``after``, this part's previous step,
-    orders the tasks). ``inbox`` holds the outputs of parts ``spec.others`` for the previous layer, each
-    ``(alive mask or None, {part: message})``: their rows this part reads, and, after a sync layer, their masks
+    The block comes from ``images`` (layer 1) or from what this worker's run holds (``after``, this part's
+    previous step, orders the tasks). ``inbox`` holds the outputs of parts ``spec.others`` for the previous layer,
+    each ``(alive mask or None, {part: message})``: their rows this part reads, and, after a sync layer, their masks
     (or, ``spec.masked`` of them after those, the masks alone). Returns ``(mask or None, {recipient: message})``,
     or, after the last layer, ``(masks, block or None)``. With ``spec.split`` it computes only the outputs the
     messages carry, and holds its inputs for :func:`step_rest`.
     """
-    k = spec.k
-    block, masks = (images, []) if k == 1 else _held_block(spec, k - 1)
-    pl, (indptr, indices, data) = _part_layer(part, k)
+    k, run = spec.k, inference_run(spec.run)
+    block, masks = (images, []) if k == 1 else _held_block(run, spec, k - 1)
+    pl, (indptr, indices, data) = run.part_layer(part, k)
     messages, carriers = inbox[:len(spec.others)], inbox[len(spec.others):] if spec.masked else inbox
     keep = None
     if k > 1 and carriers and carriers[0][0] is not None:
@@ -292,76 +205,71 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
         keep = _dropped([masks[-1]] + [mask for mask, _ in carriers])
     if keep is not None:
         block = kernels.keep_columns(block, keep)  # over the held block itself: nothing else reads it
-    recv = _received(pl, block, keep, spec.others, messages, spec.held)
+    recv = _received(run, spec, pl, block, keep, messages)
     if not spec.split:
         if isinstance(block, np.ndarray):
-            out = _space(spec.held, "block", block, (indptr.size - 1, block.shape[1]), 2)
+            out = run.space(spec.chunk, spec.part, "block", block, (indptr.size - 1, block.shape[1]), 2)
             block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv, out=out)
         else:
             block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv)
-        return _stepped(part, spec, block, masks)
-    sent = _sent_rows(part, k + 1)
-    out = _space(spec.held, "block", block, (indptr.size - 1, block.shape[1]), 2)
+        return _stepped(run, part, spec, block, masks)
+    sent = _sent_rows(run, part, k + 1)
+    out = run.space(spec.chunk, spec.part, "block", block, (indptr.size - 1, block.shape[1]), 2)
     # packed once for both halves, in place of the block and rows, into the space of the part's previous layer
-    spaces = _SPACES.setdefault((spec.held, "tiles"), [])
+    spaces = run.reused(spec.chunk, spec.part, "tiles")
     tiles = kernels.tile_inputs(block, recv, spaces.pop() if spaces else None)
     spaces.append(tiles.base if tiles.base is not None else tiles)
     kernels.layer_step_tiles(tiles, block.shape[1], indptr, indices, data, spec.bias, spec.ymax, sent, out)
     rest = np.setdiff1d(np.arange(indptr.size - 1), sent, assume_unique=True)
     # what step_rest needs: the inputs, the columns, the layer's block (a stream has moved on to layer k + 1)
-    _HELD[spec.held] = [k, out, masks, (tiles, rest, (indptr, indices, data))]
-    return None, _pack(part, k + 1, out, spec.recipients, spec.held[0], spec.compact)
+    run.hold(spec.chunk, spec.part, PartState(k, out, masks, SplitStep(tiles, rest, (indptr, indices, data))))
+    return None, _pack(run, part, k + 1, out, spec.recipients, spec.compact)
 
 
 def step_rest(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, front: tuple) -> tuple:
-    """The outputs of part ``spec.held[2]``'s layer ``spec.k`` that its :func:`step` (``front``, which orders the
+    """The outputs of part ``spec.part``'s layer ``spec.k`` that its :func:`step` (``front``, which orders the
     tasks) left for later: computed while the messages that step sent travel. Returns ``(mask or None, {})``: after
     a sync layer, the part's alive mask, which the other parts compact by two layers on."""
-    state = _HELD.get(spec.held)
-    if state is None or state[0] != spec.k or len(state) < 4:
-        raise DasknnError(f"model mode: part {spec.held[2]} expected the start of its layer {spec.k} on this "
-                          "worker (a task ran twice or out of order)")
-    k, out, masks, (tiles, rest, (indptr, indices, data)) = state
-    kernels.layer_step_tiles(tiles, out.shape[1], indptr, indices, data, spec.bias, spec.ymax, rest, out)
-    return _stepped(part, spec, out, masks, send=False)
+    run = inference_run(spec.run)
+    state = run.take(spec.chunk, spec.part, spec.k, split=True)
+    split, out = state.split, state.block
+    kernels.layer_step_tiles(split.tiles, out.shape[1], *split.layer, spec.bias, spec.ymax, split.rest, out)
+    return _stepped(run, part, spec, out, state.masks, send=False)
 
 
-def _stepped(part, spec: StepSpec, block, masks: list, send: bool = True) -> tuple:
+def _stepped(run: InferenceRun, part, spec: StepSpec, block, masks: list, send: bool = True) -> tuple:
     # after a layer: the mask of a sync layer, the block held for the next step (or returned by the last), and
     # (send) the messages for the next layer
     if spec.sync:
         masks = masks + [kernels.alive(block)]
     if spec.final:
         return masks, block if spec.with_block else None
-    _HELD[spec.held] = [spec.k, block, masks]
+    run.hold(spec.chunk, spec.part, PartState(spec.k, block, masks))
     mask = masks[-1] if spec.sync else None
-    return mask, (_pack(part, spec.k + 1, block, spec.recipients, spec.held[0], spec.compact) if send else {})
+    return mask, (_pack(run, part, spec.k + 1, block, spec.recipients, spec.compact) if send else {})
 
 
-def _sent_rows(part, k: int) -> np.ndarray:
+def _sent_rows(run: InferenceRun, part, k: int) -> np.ndarray:
     # the rows of the part's block (its outputs of layer k - 1) that any other part reads in layer k, ascending
-    send = _part_layer(part, k)[0].send
+    send = run.part_layer(part, k)[0].send
     return np.unique(np.concatenate(list(send.values()))) if send else np.empty(0, dtype=np.int64)
 
 
-def _held_block(spec: StepSpec, k: int) -> tuple:
-    # the part's block and masks after its layer k, held on this worker since its previous step
-    state = _HELD.pop(spec.held, None)
-    if state is None or state[0] != k or len(state) != 3:
-        raise DasknnError(f"model mode: part {spec.held[2]} expected its layer {k} on this worker, found "
-                          f"{'none' if state is None else state[0]} (a task ran twice or out of order)")
-    return state[1], state[2]
+def _held_block(run: InferenceRun, spec: StepSpec, k: int) -> tuple:
+    # the part's block and masks after its layer k, held by this worker's run since its previous step
+    state = run.take(spec.chunk, spec.part, k)
+    return state.block, state.masks
 
 
-def _received(pl: PartLayer, block, keep: np.ndarray | None, others: tuple[int, ...], inbox: tuple,
-              held: tuple[str, int, int]):
+def _received(run: InferenceRun, spec: StepSpec, pl: PartLayer, block, keep: np.ndarray | None, inbox: tuple):
     # the received rows, stacked by sender, are read in place beside the block: nothing else is copied
     # (messages sent before a sync layer's masks were known hold every image: unpacked whole, then the live
     # images kept in the same space)
-    q = held[2]
-    recv = _space(held, "received", block, (received_rows(pl), block.shape[1] if keep is None else keep.size), 1)
+    q = spec.part
+    recv = run.space(spec.chunk, q, "received", block, (received_rows(pl), block.shape[1] if keep is None else keep.size),
+                     1)
     at = 0
-    for p, (_, messages) in zip(others, inbox):
+    for p, (_, messages) in zip(spec.others, inbox):
         if p not in pl.recv:
             continue
         n = pl.recv[p].size
@@ -370,27 +278,24 @@ def _received(pl: PartLayer, block, keep: np.ndarray | None, others: tuple[int, 
     return recv if keep is None else kernels.keep_columns(recv, keep)
 
 
-def _pack(part: list[tuple[PartLayer, Block]] | PartStreamSpec, k: int, block, recipients: tuple[int, ...], run: str,
-          compact: bool) -> dict[int, tuple]:
+def _pack(run: InferenceRun, part, k: int, block, recipients: tuple[int, ...], compact: bool) -> dict[int, tuple]:
     # the messages for layer k: the rows of the part's block (its activations after layer k - 1) each recipient
     # reads, in their smallest form
     out = {}
     if not recipients:
         return out
-    send = _part_layer(part, k)[0].send
-    tally = _MESSAGES.setdefault(run, {}).setdefault(k, [0, 0])
+    send = run.part_layer(part, k)[0].send
     for r in recipients:
         if r in send:
             out[r] = kernels.pack_rows(block, send[r], None, compact)
-            tally[0] += send[r].size * block.shape[1] * block.dtype.itemsize
-            tally[1] += kernels.message_bytes(out[r])
+            run.tally(k, send[r].size * block.shape[1] * block.dtype.itemsize, kernels.message_bytes(out[r]))
     return out
 
 
 def first_messages(part: list[tuple[PartLayer, Block]] | PartStreamSpec, images, recipients: tuple[int, ...], run: str,
                    compact: bool) -> tuple:
     # what the part's input pixels send for layer 1 (a step's output, without a mask)
-    return None, _pack(part, 1, images, recipients, run, compact)
+    return None, _pack(inference_run(run), part, 1, images, recipients, compact)
 
 
 def pick(output: tuple, q: int) -> tuple:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 import scipy.sparse as sp
@@ -18,8 +19,8 @@ from .device import array_module
 OPTIMIZERS = ("sgd", "momentum", "adam")
 MOMENTUM = 0.9
 ADAM = (0.9, 0.999, 1e-8)
-#: Optimiser state arrays per parameter.
-OPT_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}
+#: Optimiser state arrays per parameter (read-only: a constant, not state).
+OPT_SLOTS = MappingProxyType({"sgd": 0, "momentum": 1, "adam": 2})
 
 
 def forward_layer(xin, indptr, indices, data, bias: float, ymax: float) -> np.ndarray:
