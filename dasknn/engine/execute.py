@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import DasknnError
 from ..plan import Outline
 from ..runtime.graph import PinnedGraph, ref
-from ..runtime.metrics import bytes_sent, exchange_log_pop, install_exchange_log
+from ..runtime.metrics import bytes_sent
 from ..runtime.recovery import Recovery, WorkersLost, watch
 from ..runtime.worker_runs import close_run, run_figures
 from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest, resume_plan_store
@@ -165,7 +165,6 @@ def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass,
         for members in layout.groups:
             layout.part_of.update({w: PartStreamSpec(plan_path, q, job.dtype, job.keep_layers)
                                    for q, w in enumerate(members)})
-    install_exchange_log(client)
     out.plan = layout.outline
 
 
@@ -267,13 +266,11 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
             f.release()  # the blocks leave the workers' memory (the streamed layers as the pass ends)
     out.seconds = time.perf_counter() - t0
     out.bytes_sent = _grown(sent_before, client.run(bytes_sent))
-    if layout.outline is not None:
-        for k, nbytes in client.run_on_scheduler(exchange_log_pop, run=layout.run).items():
-            if k <= job.store.depth:  # (the last layer's blocks go to the categories task, not to a part)
-                out.per_layer[k - 1, 2] += nbytes
     for figures in client.run(run_figures, layout.run).values():
         for k, (dense, sent) in figures.get("messages", {}).items():
             out.per_layer[k - 1, :2] += (dense, sent)
+        for k, nbytes in figures.get("crossed", {}).items():  # as the exchange counted them
+            out.per_layer[k - 1, 2] += nbytes
         out.bytes_read += figures.get("bytes_read", 0)
 
 

@@ -3,39 +3,47 @@
 from __future__ import annotations
 
 from ..plan import Outline
-from ..runtime.graph import PinnedGraph, ref
+from ..runtime.exchange import Exchange, exchange_for
+from ..runtime.graph import PinnedGraph, ref, refs_of
 from .sizing import compaction_layer, sync_layers
-from .tasks import ResultSpec, StepSpec, categories, first_messages, pick, step, step_rest
+from .tasks import ResultSpec, StepSpec, categories, first_messages, step, step_rest
 
 
 def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: list[str], plan: Outline,
                 part_of: dict[str, object], images: list, depth: int, sync_every: int, bias: float, ymax: float,
-                results: ResultSpec | None, compact: bool, keep: bool = False, overlap: bool = False) -> str:
+                results: ResultSpec | None, compact: bool, keep: bool = False, overlap: bool = False,
+                exchange: Exchange | None = None) -> str:
     """Chunk ``c``'s tasks (images ``start`` to ``start + count``) on the parts ``members``; the key of its
     ``categories-c{c}`` task (which, with ``keep``, returns the chunk's final activations as a third item).
 
-    With ``overlap`` each layer but the last is two tasks per part: ``spmm-l{k}`` computes the outputs other parts
-    read next and sends them, ``spmm-rest-l{k}`` the others while the messages travel, so no part waits for
-    another's whole layer. Their alive masks then reach the others two layers on (``sync_layers``)."""
+    The boundary messages go through ``exchange`` (:mod:`dasknn.runtime.exchange`; by default the task exchange
+    between ``members``). With ``overlap`` each layer but the last is two tasks per part: ``spmm-l{k}`` computes
+    the outputs other parts read next and sends them, ``spmm-rest-l{k}`` the others while the messages travel, so
+    no part waits for another's whole layer. Their alive masks then reach the others two layers on
+    (``sync_layers``)."""
     # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures).
     # One task per part and layer (two with overlap): it computes the layer and packs what others need of it next.
     parts = len(members)
+    exchange = exchange or exchange_for("tasks", members)
     syncs = set(sync_layers(depth, sync_every, overlap))
     with_block = keep or (results is not None and results.activations)
     previous: list[str | None] = [None] * parts
-    # overlap: by the layer that compacts by them, a sync layer's second halves (their outputs are the masks)
-    masks_due: dict[int, list[str]] = {}
-    inbox: dict[int, list[tuple[int, str]]] = {q: [] for q in range(parts)}  # (sender, key) for the coming layer
+    # overlap: by the layer that compacts by them, each part's (sender, argument) of a sync layer's mask
+    masks_due: dict[int, dict[int, list[tuple[int, object]]]] = {}
+    inbox: dict[int, list[tuple[int, object]]] = {q: [] for q in range(parts)}  # (sender, argument), coming layer
     for p in range(parts):
-        for r in plan.receivers(1, p):
-            inbox[r].append((p, graph.add(members[p], f"send-l1-p{p}-to{r}-c{c}",
-                                          (first_messages, part_of[members[p]], images[p], (r,), graph.run,
-                                           compact))))
+        recipients = plan.receivers(1, p)
+        if recipients:
+            name = f"send-l1-p{p}-to{recipients[0]}-c{c}" if len(recipients) == 1 else f"send-l1-p{p}-c{c}"
+            key = graph.add(members[p], name, (first_messages, part_of[members[p]], images[p], recipients,
+                                               graph.run, compact, exchange, p, c))
+            _deliver(inbox, p, recipients,
+                     exchange.connect(graph, key, p, recipients, lambda r, p=p: f"send-l1-p{p}-to{r}-c{c}"))
     for k in range(1, depth + 1):
         final, sync = k == depth, k in syncs
         split = overlap and not final
-        masks_from = masks_due.get(k, [])
-        coming: dict[int, list[tuple[int, str]]] = {q: [] for q in range(parts)}
+        masks_from = masks_due.pop(k, {})
+        coming: dict[int, list[tuple[int, object]]] = {q: [] for q in range(parts)}
         for p in range(parts):
             # after a sync layer every other part needs this part's mask, with or without rows (unless overlapped
             # steps send masks from their second halves)
@@ -43,27 +51,39 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
             needs = set() if final else set(plan.receivers(k + 1, p)) | (set(range(parts)) - {p} if mask_to_all
                                                                           else set())
             recipients = tuple(sorted(needs))
-            masked = tuple(key for q, key in enumerate(masks_from) if q != p)
-            spec = StepSpec(k=k, run=graph.run, chunk=c, part=p, bias=bias, ymax=ymax, others=tuple(s for s, _ in inbox[p]),
-                            recipients=recipients, sync=sync, final=final, with_block=with_block, compact=compact,
-                            split=split, masked=len(masked))
+            masked = masks_from.get(p, [])
+            spec = StepSpec(k=k, run=graph.run, chunk=c, part=p, bias=bias, ymax=ymax,
+                            senders=tuple(s for s, _ in inbox[p]), recipients=recipients, sync=sync, final=final,
+                            with_block=with_block, compact=compact, split=split,
+                            mask_senders=tuple(s for s, _ in masked), exchange=exchange)
             key = graph.add(members[p], f"spmm-l{k}-p{p}-c{c}", (
                 step, part_of[members[p]], spec, images[p] if k == 1 else None,
-                None if previous[p] is None else ref(previous[p]), *(ref(key) for _, key in inbox[p]),
-                *(ref(key) for key in masked)))
+                None if previous[p] is None else ref(previous[p]), _args(inbox[p]), _args(masked)))
             previous[p] = key
             if split:
                 previous[p] = graph.add(members[p], f"spmm-rest-l{k}-p{p}-c{c}",
                                         (step_rest, part_of[members[p]], spec, ref(key)))
                 if sync:
-                    masks_due.setdefault(compaction_layer(k, overlap), []).append(previous[p])
-            if len(recipients) == 1:
-                coming[recipients[0]].append((p, key))
-            else:
-                for r in recipients:
-                    coming[r].append((p, graph.add(members[p], f"send-l{k + 1}-p{p}-to{r}-c{c}",
-                                                   (pick, ref(key), r))))
+                    others = tuple(q for q in range(parts) if q != p)
+                    _deliver(masks_due.setdefault(compaction_layer(k, overlap), {q: [] for q in range(parts)}), p,
+                             others, exchange.connect(graph, previous[p], p, others, str, personal=False))
+            if recipients:
+                _deliver(coming, p, recipients, exchange.connect(
+                    graph, key, p, recipients, lambda r, k=k, p=p: f"send-l{k + 1}-p{p}-to{r}-c{c}"))
         inbox = coming
     finals = (plan.neurons, plan.last_outputs) if with_block else None
     return graph.add(members[0], f"categories-c{c}", (categories, start, count, results, finals, keep,
                                                       *(ref(key) for key in previous)))
+
+
+def _deliver(inbox: dict[int, list[tuple[int, object]]], sender: int, recipients: tuple[int, ...],
+             args: dict[int, object]) -> None:
+    # each recipient expects a message from ``sender``, with its argument for it (None where the transport
+    # needs none)
+    for r in recipients:
+        inbox[r].append((sender, args.get(r)))
+
+
+def _args(received: list[tuple[int, object]]):
+    # the arguments a receiving task takes, in its senders' order
+    return refs_of([arg for _, arg in received if arg is not None])

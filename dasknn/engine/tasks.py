@@ -11,7 +11,10 @@ import scipy.sparse as sp
 from .. import kernels
 from ..errors import DasknnError
 from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
+from ..runtime.exchange import Exchange
+from ..runtime.exchange.tasks import pick  # noqa: F401 - its old home (the task exchange's picks)
 from ..runtime.heap import large_array_heap
+from .sizing import compaction_layer
 from .exchange_plan import held_plan, take_blocks
 from .inputs import load_images
 from .worker_run import (  # (the stream specs' old home was here: importers of them from here still work)
@@ -38,16 +41,27 @@ class ResultSpec:
 
 
 @dataclass(frozen=True)
+class MessageTag:
+    """What a model-mode message is for: chunk ``chunk``'s layer ``layer`` (the rows a part reads there, and after
+    a sync layer the sender's alive mask), or, with ``masks``, only a sync layer's mask that an overlapped step's
+    second half sends, for the layer that compacts by it."""
+
+    layer: int
+    chunk: int
+    masks: bool = False
+
+
+@dataclass(frozen=True)
 class StepSpec:
     """What one model-mode step knows before it runs: part ``part``'s layer ``k`` of chunk ``chunk`` in run ``run``
     (whose object on the worker holds the part's block between its steps).
 
-    ``others`` are the senders of its inbox's messages, in order; ``masked`` how many inbox entries after those
-    only carry other parts' alive masks (overlapped steps get the masks of a sync layer two layers on, from the
-    other parts' :func:`step_rest`); ``recipients`` the parts it sends to for layer ``k + 1``; ``sync`` says
-    whether the parts exchange alive masks after it; ``final`` whether it is the last layer, when it returns its
-    block too if ``with_block``; ``compact`` picks the messages' form. With ``split`` the step computes only the
-    outputs the recipients wait for and sends them; :func:`step_rest` computes the others after.
+    ``senders`` are the parts whose messages for layer ``k`` it receives, in order, through ``exchange``;
+    ``mask_senders`` those whose alive masks alone it receives (overlapped steps get the masks of a sync layer two
+    layers on, from the other parts' :func:`step_rest`); ``recipients`` the parts it sends to for layer ``k + 1``;
+    ``sync`` says whether the parts exchange alive masks after it; ``final`` whether it is the last layer, when it
+    returns its block too if ``with_block``; ``compact`` picks the messages' form. With ``split`` the step computes
+    only the outputs the recipients wait for and sends them; :func:`step_rest` computes the others after.
     """
 
     k: int
@@ -56,14 +70,15 @@ class StepSpec:
     part: int
     bias: float
     ymax: float
-    others: tuple[int, ...]
+    senders: tuple[int, ...]
     recipients: tuple[int, ...]
     sync: bool
     final: bool
     with_block: bool
     compact: bool
+    exchange: Exchange
     split: bool = False
-    masked: int = 0
+    mask_senders: tuple[int, ...] = ()
 
 
 def load_all_layers(path: str, dtype: str, backend: str) -> list[Block]:
@@ -184,21 +199,25 @@ def _keep(masks: list[np.ndarray]) -> np.ndarray:
     return keep
 
 
-def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, images, after, *inbox: tuple
-         ) -> tuple:
+def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, images, after, inbox: list,
+         masked: list) -> object:
     """Part ``spec.part``'s layer ``spec.k`` of one chunk, and what it sends for layer ``spec.k + 1``.
 
     The block comes from ``images`` (layer 1) or from what this worker's run holds (``after``, this part's
-    previous step, orders the tasks). ``inbox`` holds the outputs of parts ``spec.others`` for the previous layer,
-    each ``(alive mask or None, {part: message})``: their rows this part reads, and, after a sync layer, their masks
-    (or, ``spec.masked`` of them after those, the masks alone). Returns ``(mask or None, {recipient: message})``,
-    or, after the last layer, ``(masks, block or None)``. With ``spec.split`` it computes only the outputs the
-    messages carry, and holds its inputs for :func:`step_rest`.
+    previous step, orders the tasks). The exchange gives the messages of parts ``spec.senders`` for this layer
+    (``inbox`` are the task's arguments for them, where the exchange needs some), each ``(alive mask or None,
+    rows)``: their rows this part reads, and, after a sync layer, their masks (or, from ``spec.mask_senders``
+    through ``masked``, the masks alone). Returns what the exchange makes of the messages it sends for layer
+    ``spec.k + 1`` (the task exchange: ``(mask or None, {recipient: message})``), or, after the last layer,
+    ``(masks, block or None)``. With ``spec.split`` it computes only the outputs the messages carry, and holds its
+    inputs for :func:`step_rest`.
     """
     k, run = spec.k, inference_run(spec.run)
     block, masks = (images, []) if k == 1 else _held_block(run, spec, k - 1)
     pl, (indptr, indices, data) = run.part_layer(part, k)
-    messages, carriers = inbox[:len(spec.others)], inbox[len(spec.others):] if spec.masked else inbox
+    messages = spec.exchange.collect(run.endpoint, MessageTag(k, spec.chunk), spec.part, spec.senders, inbox)
+    carriers = messages if not spec.mask_senders else spec.exchange.collect(
+        run.endpoint, MessageTag(k, spec.chunk, masks=True), spec.part, spec.mask_senders, masked)
     keep = None
     if k > 1 and carriers and carriers[0][0] is not None:
         # a sync layer's masks arrived: every part compacts by the union of all parts' masks
@@ -223,13 +242,15 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
     rest = np.setdiff1d(np.arange(indptr.size - 1), sent, assume_unique=True)
     # what step_rest needs: the inputs, the columns, the layer's block (a stream has moved on to layer k + 1)
     run.hold(spec.chunk, spec.part, PartState(k, out, masks, SplitStep(tiles, rest, (indptr, indices, data))))
-    return None, _pack(run, part, k + 1, out, spec.recipients, spec.compact)
+    return _post(run, spec, MessageTag(k + 1, spec.chunk), _pack(run, part, k + 1, out, spec.recipients,
+                                                                  spec.compact))
 
 
-def step_rest(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, front: tuple) -> tuple:
+def step_rest(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, front: object) -> object:
     """The outputs of part ``spec.part``'s layer ``spec.k`` that its :func:`step` (``front``, which orders the
-    tasks) left for later: computed while the messages that step sent travel. Returns ``(mask or None, {})``: after
-    a sync layer, the part's alive mask, which the other parts compact by two layers on."""
+    tasks) left for later: computed while the messages that step sent travel. After a sync layer it sends the
+    part's alive mask to every other part, which compact by it two layers on
+    (:func:`~dasknn.engine.sizing.compaction_layer`)."""
     run = inference_run(spec.run)
     state = run.take(spec.chunk, spec.part, spec.k, split=True)
     split, out = state.split, state.block
@@ -237,16 +258,28 @@ def step_rest(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSp
     return _stepped(run, part, spec, out, state.masks, send=False)
 
 
-def _stepped(run: InferenceRun, part, spec: StepSpec, block, masks: list, send: bool = True) -> tuple:
+def _stepped(run: InferenceRun, part, spec: StepSpec, block, masks: list, send: bool = True) -> object:
     # after a layer: the mask of a sync layer, the block held for the next step (or returned by the last), and
-    # (send) the messages for the next layer
+    # the messages for the next layer (send), or (an overlapped step's second half) the mask alone
     if spec.sync:
         masks = masks + [kernels.alive(block)]
     if spec.final:
         return masks, block if spec.with_block else None
     run.hold(spec.chunk, spec.part, PartState(spec.k, block, masks))
     mask = masks[-1] if spec.sync else None
-    return mask, (_pack(run, part, spec.k + 1, block, spec.recipients, spec.compact) if send else {})
+    if send:
+        return _post(run, spec, MessageTag(spec.k + 1, spec.chunk),
+                     _pack(run, part, spec.k + 1, block, spec.recipients, spec.compact), mask)
+    if mask is None:
+        return None, {}  # (orders the part's next step: nothing to send)
+    others = tuple(q for q in range(len(spec.exchange.workers)) if q != spec.part)
+    return spec.exchange.post(run.endpoint, MessageTag(compaction_layer(spec.k, True), spec.chunk, masks=True),
+                              spec.part, others, {}, mask)
+
+
+def _post(run: InferenceRun, spec: StepSpec, tag: MessageTag, messages: dict[int, object], mask=None) -> object:
+    # the step's messages (and mask) to its recipients, through the run's exchange
+    return spec.exchange.post(run.endpoint, tag, spec.part, spec.recipients, messages, mask)
 
 
 def _sent_rows(run: InferenceRun, part, k: int) -> np.ndarray:
@@ -265,15 +298,14 @@ def _received(run: InferenceRun, spec: StepSpec, pl: PartLayer, block, keep: np.
     # the received rows, stacked by sender, are read in place beside the block: nothing else is copied
     # (messages sent before a sync layer's masks were known hold every image: unpacked whole, then the live
     # images kept in the same space)
-    q = spec.part
-    recv = run.space(spec.chunk, q, "received", block, (received_rows(pl), block.shape[1] if keep is None else keep.size),
-                     1)
+    recv = run.space(spec.chunk, spec.part, "received", block,
+                     (received_rows(pl), block.shape[1] if keep is None else keep.size), 1)
     at = 0
-    for p, (_, messages) in zip(spec.others, inbox):
+    for p, (_, rows) in zip(spec.senders, inbox):
         if p not in pl.recv:
             continue
         n = pl.recv[p].size
-        kernels.unpack_rows(messages[q], recv[at:at + n])
+        kernels.unpack_rows(rows, recv[at:at + n])
         at += n
     return recv if keep is None else kernels.keep_columns(recv, keep)
 
@@ -293,15 +325,11 @@ def _pack(run: InferenceRun, part, k: int, block, recipients: tuple[int, ...], c
 
 
 def first_messages(part: list[tuple[PartLayer, Block]] | PartStreamSpec, images, recipients: tuple[int, ...], run: str,
-                   compact: bool) -> tuple:
-    # what the part's input pixels send for layer 1 (a step's output, without a mask)
-    return None, _pack(inference_run(run), part, 1, images, recipients, compact)
-
-
-def pick(output: tuple, q: int) -> tuple:
-    # one recipient's share of a step's output (its message, and the mask)
-    mask, messages = output
-    return mask, {q: messages[q]} if q in messages else {}
+                   compact: bool, exchange: Exchange, sender: int, chunk: int) -> object:
+    # what the part's input pixels send for layer 1 (as a step's messages, without a mask)
+    kept = inference_run(run)
+    return exchange.post(kept.endpoint, MessageTag(1, chunk), sender, recipients,
+                         _pack(kept, part, 1, images, recipients, compact))
 
 
 def categories(start: int, count: int, results: ResultSpec | None, finals: tuple | None, keep: bool, *outs: tuple

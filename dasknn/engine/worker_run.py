@@ -16,6 +16,7 @@ import numpy as np
 from .. import kernels
 from ..errors import DasknnError
 from ..plan import PartLayer
+from ..runtime.exchange import Endpoint
 from ..runtime.worker_runs import worker_run
 from ..store import LayerStream, PartStream, ReadAhead
 
@@ -107,6 +108,8 @@ class InferenceRun:
     streams: dict[StreamSpec, ReadAhead] = field(default_factory=dict)
     #: the boundary messages built here, by the layer they are for
     messages: dict[int, MessageBytes] = field(default_factory=dict)
+    #: the run's end of the exchange here (what it sent to parts on other workers, by message tag)
+    endpoint: Endpoint = field(default_factory=Endpoint)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def stream(self, spec: StreamSpec) -> ReadAhead:
@@ -160,9 +163,13 @@ class InferenceRun:
         counted.sent += sent
 
     def figures(self) -> dict:
-        """What the run measured here: bytes its streams read, and its messages' bytes by layer."""
+        """What the run measured here: bytes its streams read, its messages' bytes by layer (as dense rows, as
+        built), and what its messages took to other workers by layer (as the exchange counted them)."""
+        crossed: dict[int, int] = {}
+        for tag, nbytes in self.endpoint.sent.items():
+            crossed[tag.layer] = crossed.get(tag.layer, 0) + nbytes
         return {"bytes_read": int(sum(s.bytes_read for s in self.streams.values())),
-                "messages": {k: (m.dense, m.sent) for k, m in self.messages.items()}}
+                "messages": {k: (m.dense, m.sent) for k, m in self.messages.items()}, "crossed": crossed}
 
     def close(self) -> None:
         """Let go of everything: the layers streams hold, the parts' blocks and plans, the reused space."""
@@ -173,6 +180,7 @@ class InferenceRun:
         self.spaces.clear()
         self.plans.clear()
         self.blocks.clear()
+        self.endpoint.close()
         kernels.release_device_layers()  # and the device copies of streamed layers
         kernels.release_scratch()  # and the steps' scratch
 

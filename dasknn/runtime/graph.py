@@ -57,6 +57,13 @@ def refs(keys: list[str]):
     return List(*(TaskRef(k) for k in keys))
 
 
+def refs_of(args: list):
+    """A list argument of ``args`` (task references among them are replaced by their tasks' results)."""
+    from dask._task_spec import List
+
+    return List(*args)
+
+
 def add(a, b):
     """``a + b``: one step of :func:`tree_sum`."""
     return a + b
