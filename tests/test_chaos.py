@@ -116,7 +116,8 @@ TRAIN = textwrap.dedent("""
 # (mode, the kill, whether a restart must be counted)
 TRAINING = [
     ("model", Kill("partition_task", delay=0.2), False),
-    ("model", Kill("dict-", "scattered"), True),
+    ("model", Kill("tuple-", "scattered"), True),
+    ("model", Kill("setup-g0-p1"), True),
     ("model", Kill("fwd-s13-g0-l2-p1"), True),
     ("data", Kill("Model-", "scattered"), True),
     ("data", Kill("grad-s5-r1"), True),

@@ -76,7 +76,7 @@ from .model import (
     sgd_step,
     softmax_xent,
 )
-from .model_mode import join_model, split_model
+from .parts import join_model, split_model
 from .weights import import_weights
 
 __all__ = [

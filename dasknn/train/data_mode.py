@@ -66,6 +66,9 @@ class DataRunner:
     def model(self) -> Model:
         return self.replicas[0].result()
 
-    def cancel(self) -> None:
+    def close(self) -> None:
+        """Let go of the replicas and the data scattered for them."""
         self.client.cancel(list(self.replicas) + list(self.x.values()) + list(self.y.values()))
+
+    cancel = close
 

@@ -174,7 +174,8 @@ def _owners(layers, partition, parts: int, path: str | None, seed: int, client) 
     return partition_network(layers, parts, str(partition), seed=seed), str(partition)
 
 
-def _runner_factory(client, mode: str, workers: int, parts: int, plan, job: _Job, backend: str):
+def _runner_factory(client, mode: str, workers: int, parts: int, owners: np.ndarray | None, job: _Job,
+                    backend: str):
     # builds the runner on the workers there are now (again after a loss): replicas and parts round-robin; a
     # model read back from a checkpoint goes to the device again
     def start(m: Model):
@@ -185,7 +186,7 @@ def _runner_factory(client, mode: str, workers: int, parts: int, plan, job: _Job
         ws = [names[i % len(names)] for i in range(workers)]
         if mode == "data":
             return DataRunner(client, ws, m, job.xt, job.labels), len(names)
-        return ModelRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, plan, job.xt,
+        return ModelRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, owners, job.xt,
                            job.labels), len(names)
 
     return start
@@ -229,6 +230,7 @@ def _run_on_cluster(client, recovery: Recovery, start_on_cluster, model: Model, 
         seconds = time.perf_counter() - run.t0
         sent1 = client.run(metrics.bytes_sent)
         final = run.runner.model()
+        run.runner.close()
         # a lost worker's counter is lost with it; a restarted one counts from zero
         sent = sum(sent1[w] - run.sent0.get(w, 0) for w in sent1)
         return _Outcome(final, run.losses, seconds, sent, len(recovery.losses))
@@ -341,14 +343,12 @@ def train(
         # every phase on the cluster (the partition, the set-up, the steps) runs under one policy for lost workers
         recovery = Recovery(client, "training", sorted(workers_info(client)), max_losses=MAX_RESTARTS,
                             wait_seconds=AWAIT_WORKERS_SECONDS, advice="see the workers' logs")
-        plan = None
+        owners = None
         if mode != "data":
-            from ..plan import build_plan
-
+            # computed once: a restart after a lost worker reuses it (each part's worker makes its plan from it)
             recovery.enter("partition")
             owners, part_name = recovery.run(lambda ws: _owners(layers, partition, parts, path, seed, client))
-            plan = build_plan(layers, owners)  # computed once: a restart after a lost worker reuses it
-        run = _run_on_cluster(client, recovery, _runner_factory(client, mode, workers, parts, plan, job, backend),
+        run = _run_on_cluster(client, recovery, _runner_factory(client, mode, workers, parts, owners, job, backend),
                               model, job)
     run.model = run.model.on("cpu")
     if checkpoint is not None and todo:

@@ -1,276 +1,338 @@
 """Model and hybrid mode on Dask: the layers' columns split into parts (values, optimiser state and head rows
-per part), boundary activations exchanged forward as in inference and the errors sent back in reverse; in hybrid
-mode, groups of parts split each batch and all-reduce each part's gradient values."""
+per part, :mod:`.parts`), each part's state made and kept by its worker's run (:mod:`.worker_run`), the boundary
+activations sent forward and the errors sent back through the exchange seam (:mod:`dasknn.runtime.exchange`) as
+inference's compact messages; in hybrid mode, groups of parts split each batch and all-reduce each part's gradient
+values.
+
+One step of one group is a chain of tasks per part, pinned to its worker: ``batch`` (its pixels of the batch, and
+the rows others read in layer 1), ``fwd-l{k}`` (layer k from what it holds and what it received; then the rows
+others read in layer k + 1, or, after the last layer, its share of the logits to part 0), ``loss`` (part 0: the
+loss and the logits' error, sent to every part), ``back-l{k}`` from the last layer down (the error of its outputs,
+its values' gradient, and the errors of the inputs it received, returned to their owners) and ``state`` (the
+optimiser step; in hybrid mode ``grads``, a tree sum between the groups' copies of the part, then ``state``).
+"""
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.graph import PinnedGraph, ref, tree_sum
-from ..runtime.recovery import watch
+from .. import kernels
 from ..kernels import back_input, weight_grad
+from ..runtime.exchange import Exchange, exchange_for
+from ..runtime.graph import PinnedGraph, ref, refs_of, tree_sum
+from ..runtime.recovery import watch
+from ..runtime.worker_runs import close_run
 from .model import Model, active, apply_update, flatten, forward_layer, softmax_xent, unflatten
+from .parts import PartArrays, column_positions, join_model, make_part, split_model
+from .worker_run import TrainRun, train_run
+
+__all__ = ["ModelRunner", "column_positions", "join_model", "split_model"]
 
 
-def column_positions(indptr: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Positions in a CSC ``data`` array of the entries of columns ``cols`` (in order)."""
-    if cols.size == 0:
-        return np.empty(0, dtype=np.int64)
-    starts, ends = indptr[cols], indptr[cols + 1]
-    lens = ends - starts
-    return (np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(lens.sum())).astype(np.int64)
+@dataclass(frozen=True)
+class StepTag:
+    """What a training message is for, in step ``step`` of group ``group``: ``fwd``, the rows a part reads in layer
+    ``layer``; ``logits``, a part's share of the logits (to part 0); ``dlog``, the logits' error (from part 0);
+    ``back``, the errors of the inputs of layer ``layer``, returned to the parts that sent them."""
+
+    step: int
+    group: int
+    layer: int
+    kind: str
 
 
-def split_model(model: Model, plan) -> tuple[list[dict], list[list[np.ndarray]]]:
-    """Each part's state (its columns' values and optimiser state, re-indexed into its input space; its head
-    rows; the head bias on part 0) and, per part, the positions of its values in the global arrays."""
-    parts, depth = plan.parts, model.depth
-    states, positions = [], []
-    last_out = [plan.layers[depth - 1][q].outputs for q in range(parts)]
-    for q in range(parts):
-        pls = plan.part(q)
-        pat, pos = [], []
-        for k, pl in enumerate(pls, start=1):
-            indptr, indices = model.patterns[k - 1]
-            p = column_positions(indptr, pl.outputs)
-            lens = indptr[pl.outputs + 1] - indptr[pl.outputs]
-            local_ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-            pat.append((local_ptr, np.searchsorted(pl.inputs, indices[p]).astype(np.int32)))
-            pos.append(p)
-        pos.append(last_out[q])
+@dataclass(frozen=True)
+class PartTask:
+    """Whose task it is: part ``part`` of group ``group`` in step ``step`` of run ``run``, whose messages go
+    through ``exchange``."""
 
-        def take(arrays):
-            out = [a[i] for a, i in zip(arrays[:depth], pos[:depth])]
-            out.append(arrays[depth][last_out[q]])
-            out.append(arrays[depth + 1] if q == 0 else arrays[depth + 1][:0])
-            return out
+    run: str
+    group: int
+    part: int
+    step: int
+    exchange: Exchange
 
-        states.append({"part": q, "pl": pls, "pat": pat, "params": take(model.params),
-                       "slots": [take(s) for s in model.slots], "step": model.step, "bias": model.bias,
-                       "ymax": model.ymax, "optimizer": model.optimizer})
-        positions.append(pos)
-    return states, positions
+    def tag(self, layer: int, kind: str) -> StepTag:
+        return StepTag(self.step, self.group, layer, kind)
 
 
-def join_model(model: Model, states: list[dict], positions: list[list[np.ndarray]]) -> Model:
-    """The global model back from its parts (``model`` gives the patterns and the shapes)."""
-    depth = model.depth
-
-    def put(arrays_of):
-        out = [np.empty_like(p) for p in model.params]
-        for st, pos in zip(states, positions):
-            arrays = arrays_of(st)
-            for k in range(depth):
-                out[k][pos[k]] = arrays[k]
-            out[depth][pos[depth]] = arrays[depth]
-            if st["part"] == 0:
-                out[depth + 1][:] = arrays[depth + 1]
-        return out
-
-    slots = [put(lambda st, s=s: st["slots"][s]) for s in range(len(model.slots))]
-    return Model(model.patterns, put(lambda st: st["params"]), model.neurons, model.classes, model.bias,
-                 model.ymax, model.optimizer, slots, states[0]["step"])
+# worker side: what each task does
 
 
-def _m_batch(x_part: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x_part[:, idx])
+def setup_part(run: str, group: int, shared: tuple, arrays: PartArrays, bias: float, ymax: float, optimizer: str
+               ) -> np.ndarray:
+    """Make part ``arrays.part``'s state on this worker (its plan too, from ``shared``: the owners and the layers'
+    patterns) and keep it in the run; its send counts."""
+    owners, patterns = shared
+    part = make_part(owners, patterns, arrays, bias, ymax, optimizer)
+    train_run(run).parts[(group, arrays.part)] = part
+    return part.counts
 
 
-def _y(block):
-    return block[1] if isinstance(block, tuple) else block
+def part_arrays(run: str, group: int, q: int) -> PartArrays:
+    """Part ``q``'s arrays as they are now (for the client to join them)."""
+    return train_run(run).part(group, q).arrays()
 
 
-def _m_send(state: dict, k: int, q: int, block) -> np.ndarray:
-    return np.ascontiguousarray(_y(block)[state["pl"][k - 1].send[q]])
+def _at(task: PartTask) -> tuple[TrainRun, object, object]:
+    run = train_run(task.run)
+    return run, run.part(task.group, task.part), run.step_work(task.step, task.group, task.part)
 
 
-def _m_fwd(state: dict, k: int, block, senders: tuple[int, ...], *messages) -> tuple[np.ndarray, np.ndarray]:
-    pl = state["pl"][k - 1]
-    prev = _y(block)
+def _received(task: PartTask, run: TrainRun, tag: StepTag, senders: tuple[int, ...], inbox: list, rows_of) -> list:
+    # each sender's message under ``tag``, unpacked into a fresh array of ``rows_of(sender)`` rows
+    out = []
+    for p, (_, message) in zip(senders, task.exchange.collect(run.endpoint, tag, task.part, senders, inbox)):
+        rows = np.empty((rows_of(p), int(message[0][1])))
+        kernels.unpack_rows(message, rows)
+        out.append((p, rows))
+    return out
+
+
+def _post_rows(task: PartTask, run: TrainRun, tag: StepTag, block: np.ndarray, rows: dict[int, np.ndarray],
+               recipients: tuple[int, ...]) -> object:
+    # the rows of ``block`` each recipient reads, as compact messages
+    messages = {r: kernels.pack_rows(block, rows[r], None, True) for r in recipients}
+    return task.exchange.post(run.endpoint, tag, task.part, recipients, messages)
+
+
+def batch(task: PartTask, x_part: np.ndarray, idx: np.ndarray, recipients: tuple[int, ...], after) -> object:
+    """The part's pixels of the step's batch; sends the rows other parts read in layer 1."""
+    run, part, work = _at(task)
+    work.outputs[0] = np.ascontiguousarray(x_part[:, idx])
+    return _post_rows(task, run, task.tag(1, "fwd"), work.outputs[0], part.plan[0].send, recipients)
+
+
+def forward(task: PartTask, k: int, senders: tuple[int, ...], recipients: tuple[int, ...], after, inbox: list
+            ) -> object:
+    """Layer ``k`` of the part: its inputs from its previous outputs and the rows received; then the rows others
+    read in layer ``k + 1``, or, after the last layer, its share of the logits to part 0."""
+    run, part, work = _at(task)
+    pl, prev = part.plan[k - 1], work.outputs[k - 1]
     xin = np.empty((pl.inputs.size, prev.shape[1]))
     xin[pl.local[0]] = prev[pl.local[1]]
-    for p, msg in zip(senders, messages):
-        xin[pl.recv[p]] = msg
-    indptr, indices = state["pat"][k - 1]
-    return xin, forward_layer(xin, indptr, indices, state["params"][k - 1], state["bias"], state["ymax"])
+    for p, rows in _received(task, run, task.tag(k, "fwd"), senders, inbox, lambda p: pl.recv[p].size):
+        xin[pl.recv[p]] = rows
+    indptr, indices = part.patterns[k - 1]
+    y = forward_layer(xin, indptr, indices, part.params[k - 1], part.bias, part.ymax)
+    work.inputs[k], work.outputs[k] = xin, y
+    if k < part.depth:
+        return _post_rows(task, run, task.tag(k + 1, "fwd"), y, part.plan[k].send, recipients)
+    partial = part.params[-2].T @ y
+    if task.part == 0:
+        work.partial_logits = partial
+        return task.exchange.post(run.endpoint, task.tag(k, "logits"), 0, (), {})
+    return task.exchange.post(run.endpoint, task.tag(k, "logits"), task.part, (0,), {0: partial})
 
 
-def _m_partial_logits(state: dict, last) -> np.ndarray:
-    return state["params"][-2].T @ _y(last)
+def loss(task: PartTask, labels: np.ndarray, idx: np.ndarray, scale: float, senders: tuple[int, ...], after,
+         inbox: list) -> object:
+    """Part 0: the logits (its share, then the others' in part order), the loss, and the logits' error, sent to
+    every other part. The loss and the error are scaled by the whole batch, so the groups' gradients add up."""
+    run, part, work = _at(task)
+    lg = work.partial_logits.copy()
+    for _, partial in task.exchange.collect(run.endpoint, task.tag(part.depth, "logits"), 0, senders, inbox):
+        lg += partial
+    run.losses[(task.step, task.group)], work.dlog = softmax_xent(lg + part.params[-1][:, None], labels[idx], scale)
+    others = tuple(range(1, len(task.exchange.workers)))
+    return task.exchange.post(run.endpoint, task.tag(part.depth, "dlog"), 0, others, {}, work.dlog)
 
 
-def _m_loss(state: dict, labels: np.ndarray, idx: np.ndarray, scale: float, *partials) -> tuple:
-    lg = partials[0].copy()
-    for p in partials[1:]:
-        lg += p
-    loss, dlog = softmax_xent(lg + state["params"][-1][:, None], labels[idx], scale)
-    return dlog, loss
+def backward(task: PartTask, k: int, senders: tuple[int, ...], recipients: tuple[int, ...], after, inbox: list
+             ) -> object:
+    """Layer ``k`` of the part, backwards: the error of its outputs (from the logits' error after the last layer;
+    else its own share and what the parts it sent to returned), its values' gradient, and the errors of the inputs
+    it received, returned to their senders."""
+    run, part, work = _at(task)
+    if k == part.depth:
+        dlog = work.dlog if task.part == 0 else task.exchange.collect(
+            run.endpoint, task.tag(k, "dlog"), task.part, (0,), inbox)[0][0]
+        g = part.params[-2] @ dlog
+        work.head = (work.outputs[k] @ dlog.T, dlog.sum(axis=1) if task.part == 0 else part.params[-1][:0])
+    else:
+        above, gin = part.plan[k], work.passed_down.pop(k + 1)
+        g = np.zeros((part.plan[k - 1].outputs.size, gin.shape[1]))
+        g[above.local[1]] += gin[above.local[0]]
+        for p, rows in _received(task, run, task.tag(k + 1, "back"), senders, inbox, lambda p: above.send[p].size):
+            g[above.send[p]] += rows
+    xin, y = work.inputs.pop(k), work.outputs.pop(k)
+    indptr, indices = part.patterns[k - 1]
+    delta = g * active(y, part.ymax)
+    work.grads[k] = weight_grad(indptr, indices, xin, delta)
+    if k == 1:
+        return task.exchange.post(run.endpoint, task.tag(k, "back"), task.part, (), {})
+    work.passed_down[k] = back_input(indptr, indices, part.params[k - 1], delta, xin.shape[0])
+    return _post_rows(task, run, task.tag(k, "back"), work.passed_down[k], part.plan[k - 1].recv, recipients)
 
 
-def _m_head_back(state: dict, last, lossres) -> tuple[np.ndarray, np.ndarray]:
-    dlog = lossres[0]
-    return state["params"][-2] @ dlog, _y(last) @ dlog.T
+def _gradients(run: TrainRun, task: PartTask) -> list[np.ndarray]:
+    # the part's gradients of the step, aligned with its arrays; the step's work is done with
+    work = run.end_step(task.step, task.group, task.part)
+    return [work.grads[k] for k in sorted(work.grads)] + list(work.head)
 
 
-def _m_back(state: dict, k: int, fwd, g) -> tuple[np.ndarray, np.ndarray | None]:
-    g = g[0] if isinstance(g, tuple) else g
-    xin, y = fwd
-    indptr, indices = state["pat"][k - 1]
-    delta = g * active(y, state["ymax"])
-    wg = weight_grad(indptr, indices, xin, delta)
-    gin = back_input(indptr, indices, state["params"][k - 1], delta, xin.shape[0]) if k > 1 else None
-    return wg, gin
+def _apply(run: TrainRun, task: PartTask, grads: list[np.ndarray], lr: float) -> float | None:
+    # the optimiser step on the part's arrays; part 0 returns its group's loss of the step
+    part = run.part(task.group, task.part)
+    part.step += 1
+    part.params, part.slots = apply_update(part.optimizer, part.params, grads, part.slots, lr, part.step)
+    return run.losses.pop((task.step, task.group), None) if task.part == 0 else None
 
 
-def _m_return(state: dict, k: int, p: int, back) -> np.ndarray:
-    # the error contributions for inputs part p owns: the forward message from p, in reverse
-    return np.ascontiguousarray(back[1][state["pl"][k - 1].recv[p]])
+def update(task: PartTask, lr: float, after) -> float | None:
+    """Model mode: the part's optimiser step from its own gradients (no traffic)."""
+    run = train_run(task.run)
+    return _apply(run, task, _gradients(run, task), lr)
 
 
-def _m_gather(state: dict, k: int, n_prev: int, back, senders: tuple[int, ...], *messages) -> np.ndarray:
-    # the error of this part's outputs of layer k-1: its own contributions plus those folded back by the others
-    pl = state["pl"][k - 1]
-    gin = back[1]
-    g = np.zeros((n_prev, gin.shape[1]))
-    g[pl.local[1]] += gin[pl.local[0]]
-    for q, msg in zip(senders, messages):
-        g[pl.send[q]] += msg
-    return g
+def gradients(task: PartTask, after) -> np.ndarray:
+    """Hybrid mode: the part's gradient values as one flat array, for the all-reduce between groups."""
+    return flatten(_gradients(train_run(task.run), task))
 
 
-def _m_update(state: dict, lr: float, head, lossres, *backs) -> dict:
-    grads = [b[0] for b in backs] + [head[1]]
-    grads.append(lossres[0].sum(axis=1) if state["part"] == 0 else state["params"][-1][:0])
-    step = state["step"] + 1
-    params, slots = apply_update(state["optimizer"], state["params"], grads, state["slots"], lr, step)
-    return {**state, "params": params, "slots": slots, "step": step}
+def apply(task: PartTask, lr: float, total: np.ndarray) -> float | None:
+    """Hybrid mode: the optimiser step from the gradient values summed over the groups."""
+    run = train_run(task.run)
+    return _apply(run, task, unflatten(total, run.part(task.group, task.part).params), lr)
 
 
-def _m_grads(state: dict, head, lossres, *backs) -> np.ndarray:
-    # hybrid mode: this part's gradient values as one flat array, for the all-reduce between groups
-    grads = [b[0] for b in backs] + [head[1]]
-    grads.append(lossres[0].sum(axis=1) if state["part"] == 0 else state["params"][-1][:0])
-    return flatten(grads)
-
-
-def _m_apply(state: dict, lr: float, total: np.ndarray) -> dict:
-    step = state["step"] + 1
-    params, slots = apply_update(state["optimizer"], state["params"], unflatten(total, state["params"]),
-                                 state["slots"], lr, step)
-    return {**state, "params": params, "slots": slots, "step": step}
-
-
-def _item(t, i):
-    return t[i]
-
+# client side: the graphs
 
 
 class ModelRunner:
     """Model mode (one group of parts) and hybrid mode (several groups, each a model-mode copy of the partitioned
-    model on its share of the batch, the gradient values of corresponding parts all-reduced between groups)."""
+    model on its share of the batch, the gradient values of corresponding parts all-reduced between groups).
 
-    def __init__(self, client, groups: list[list[str]], model, plan, xt, labels):
-        self.client, self.groups, self.plan, self.template = client, groups, plan, model
+    Each part's state is made and kept by its worker (:func:`setup_part`); the client keeps the owners, the
+    exchange's counts (who sends whom how many entries in each layer) and the positions to join the parts by."""
+
+    def __init__(self, client, groups: list[list[str]], model: Model, owners: np.ndarray, xt: np.ndarray,
+                 labels: np.ndarray, exchange: str = "tasks"):
+        self.client, self.groups, self.template = client, groups, model
         self.workers = [w for ws in groups for w in ws]
-        states, self.positions = split_model(model, plan)
-        # a list of one: scattering a dict would scatter its values one by one
-        self.states = [[client.scatter([st], workers=[w], hash=False)[0] for st, w in zip(states, ws)]
-                       for ws in groups]
+        self.run_id, self.graphs = uuid.uuid4().hex[:8], 0
+        self.exchanges = [exchange_for(exchange, ws) for ws in groups]
+        arrays, self.positions = split_model(model, owners)
+        everywhere = sorted(set(self.workers))
+        [shared] = client.scatter([(owners, model.patterns)], broadcast=True, workers=everywhere, hash=False)
+        graph = PinnedGraph(self.run_id)
+        keys = [graph.add(w, f"setup-g{a}-p{q}", (setup_part, self.run_id, a, shared, arrays[q], model.bias,
+                                                  model.ymax, model.optimizer))
+                for a, ws in enumerate(groups) for q, w in enumerate(ws)]
+        futures = graph.submit(client, keys)
+        watch(client, futures, set(self.workers))
+        parts = len(groups[0])
+        # (layers, sender, receiver): the entries part p sends part q in layer k, at [k - 1, p, q]
+        self.counts = np.stack([f.result() for f in futures[:parts]], axis=1)
+        shared.release()
         x: dict[tuple[int, str], object] = {}  # one copy of a part's pixels per worker, however many groups use it
         for ws in groups:
             for q, w in enumerate(ws):
                 if (q, w) not in x:
-                    x[(q, w)] = client.scatter(np.ascontiguousarray(xt[plan.inputs_owned[q]]), workers=[w],
-                                               hash=False)
+                    x[(q, w)] = client.scatter(np.ascontiguousarray(xt[owners[0] == q]), workers=[w], hash=False)
         self.x = [[x[(q, w)] for q, w in enumerate(ws)] for ws in groups]
         self.y = {w: client.scatter(labels, workers=[w], hash=False) for w in {ws[0] for ws in groups}}
 
+    def receivers(self, k: int, p: int) -> tuple[int, ...]:
+        """The parts part ``p`` sends rows to for layer ``k``."""
+        return tuple(int(q) for q in np.flatnonzero(self.counts[k - 1, p, :]))
+
+    def senders(self, k: int, q: int) -> tuple[int, ...]:
+        """The parts that send part ``q`` rows for layer ``k``, ascending."""
+        return tuple(int(p) for p in np.flatnonzero(self.counts[k - 1, :, q]))
+
     def run(self, steps: list[np.ndarray], lr: float, first: int) -> list[float]:
-        graph = PinnedGraph(uuid.uuid4().hex[:8])
-        plan, parts, depth, n_groups = self.plan, self.plan.parts, self.template.depth, len(self.groups)
-        cur = [list(states) for states in self.states]
+        """Run ``steps`` (each a batch's image indices) from step ``first``; the losses, one per step."""
+        self.graphs += 1
+        graph = PinnedGraph(f"{self.run_id}x{self.graphs}")
+        n_groups, parts, depth = len(self.groups), len(self.groups[0]), self.template.depth
+        done: list[list[str | None]] = [[None] * parts for _ in self.groups]  # each part's last task
         loss_keys = []
         for s, idx in enumerate(steps, start=first):
             shards = np.array_split(idx, n_groups)
-            grads = []
-            for a, ws in enumerate(self.groups):
-                def st(q, a=a):
-                    return ref(cur[a][q]) if isinstance(cur[a][q], str) else cur[a][q]
-
-                t = f"s{s}-g{a}"
-                sid = shards[a]
-                blocks = [graph.add(ws[q], f"batch-{t}-p{q}", (_m_batch, self.x[a][q], sid)) for q in range(parts)]
-                fwd = [blocks]
-                for k in range(1, depth + 1):
-                    layer = plan.layers[k - 1]
-                    sends = {(p, q): graph.add(ws[p], f"send-{t}-l{k}-p{p}-to{q}",
-                                               (_m_send, st(p), k, q, ref(fwd[-1][p])))
-                             for p in range(parts) for q in layer[p].send}
-                    new = []
-                    for q in range(parts):
-                        senders = tuple(sorted(layer[q].recv))
-                        new.append(graph.add(ws[q], f"fwd-{t}-l{k}-p{q}",
-                                             (_m_fwd, st(q), k, ref(fwd[-1][q]), senders,
-                                              *(ref(sends[(p, q)]) for p in senders))))
-                    fwd.append(new)
-                partial = [graph.add(ws[q], f"logits-{t}-p{q}", (_m_partial_logits, st(q), ref(fwd[-1][q])))
-                           for q in range(parts)]
-                # the loss and its error are scaled by the whole batch, so the groups' gradients add up
-                lossres = graph.add(ws[0], f"loss-{t}", (_m_loss, st(0), self.y[ws[0]], sid, float(idx.size),
-                                                         *(ref(k) for k in partial)))
-                loss_keys.append(graph.add(ws[0], f"lossv-{t}", (_item, ref(lossres), 1)))
-                head = [graph.add(ws[q], f"head-{t}-p{q}", (_m_head_back, st(q), ref(fwd[-1][q]), ref(lossres)))
-                        for q in range(parts)]
-                g = head
-                backs = [[None] * parts for _ in range(depth)]
-                for k in range(depth, 0, -1):
-                    for q in range(parts):
-                        backs[k - 1][q] = graph.add(ws[q], f"back-{t}-l{k}-p{q}",
-                                                    (_m_back, st(q), k, ref(fwd[k][q]), ref(g[q])))
-                    if k == 1:
-                        break
-                    layer = plan.layers[k - 1]
-                    rets = {(q, p): graph.add(ws[q], f"ret-{t}-l{k}-p{q}-to{p}",
-                                              (_m_return, st(q), k, p, ref(backs[k - 1][q])))
-                            for q in range(parts) for p in layer[q].recv}
-                    g = []
-                    for p in range(parts):
-                        senders = tuple(sorted(layer[p].send))
-                        n_prev = plan.layers[k - 2][p].outputs.size
-                        g.append(graph.add(ws[p], f"gerr-{t}-l{k - 1}-p{p}",
-                                           (_m_gather, st(p), k, n_prev, ref(backs[k - 1][p]), senders,
-                                            *(ref(rets[(q, p)]) for q in senders))))
-                pieces = [(ref(head[q]), ref(lossres), *(ref(backs[k][q]) for k in range(depth)))
-                          for q in range(parts)]
-                if n_groups == 1:  # model mode: each part updates from its own gradients, no traffic
-                    cur[a] = [graph.add(ws[q], f"state-{t}-p{q}", (_m_update, st(q), lr, *pieces[q]))
-                              for q in range(parts)]
-                else:
-                    grads.append([graph.add(ws[q], f"grads-{t}-p{q}", (_m_grads, st(q), *pieces[q]))
-                                  for q in range(parts)])
+            grads = [self._step(graph, s, a, shards[a], float(idx.size), lr, done[a], n_groups == 1)
+                     for a in range(n_groups)]
             if n_groups > 1:
                 # part q of every group holds the same columns: sum their gradient values (values only) by a
                 # tree pinned to those workers, then every copy applies the same step
                 for q in range(parts):
-                    root = tree_sum(graph, [grads[a][q] for a in range(n_groups)],
-                                     [ws[q] for ws in self.groups], f"allreduce-s{s}-p{q}")
+                    root = tree_sum(graph, [grads[a][q] for a in range(n_groups)], [ws[q] for ws in self.groups],
+                                    f"allreduce-s{s}-p{q}")
                     for a, ws in enumerate(self.groups):
-                        prev = ref(cur[a][q]) if isinstance(cur[a][q], str) else cur[a][q]
-                        cur[a][q] = graph.add(ws[q], f"state-s{s}-g{a}-p{q}", (_m_apply, prev, lr, ref(root)))
-        flat_cur = [k for states in cur for k in states]
-        futures = graph.submit(self.client, flat_cur + loss_keys)
+                        task = PartTask(self.run_id, a, q, s, self.exchanges[a])
+                        done[a][q] = graph.add(ws[q], f"state-s{s}-g{a}-p{q}", (apply, task, lr, ref(root)))
+            loss_keys.append([done[a][0] for a in range(n_groups)])
+        losses = [key for keys in loss_keys for key in keys]
+        ends = [key for keys in done for key in keys if key not in losses]  # (waited for too)
+        futures = graph.submit(self.client, losses + ends)
         watch(self.client, futures, set(self.workers))
-        values = self.client.gather(futures[len(flat_cur):])
-        self.states = [futures[a * parts:(a + 1) * parts] for a in range(n_groups)]
+        values = self.client.gather(futures[:len(loss_keys) * n_groups])
         # the groups' losses are shares of one batch's loss: their sum, in group order
         return [float(sum(values[i:i + n_groups])) for i in range(0, len(values), n_groups)]
 
+    def _step(self, graph: PinnedGraph, s: int, a: int, idx: np.ndarray, scale: float, lr: float,
+              done: list[str | None], update_here: bool) -> list[str]:
+        # step s of group a: its parts' chains of tasks; the keys of their gradients (hybrid) or states
+        ws, exchange, depth = self.groups[a], self.exchanges[a], self.template.depth
+        parts, t = len(ws), f"s{s}-g{a}"
+
+        def add(q: int, name: str, fn, *args, inbox: list | None = None) -> str:
+            # part q's next task: after its previous one, with its messages' arguments (where it receives some)
+            task = PartTask(self.run_id, a, q, s, exchange)
+            task_args = (*args, None if done[q] is None else ref(done[q]))
+            if inbox is not None:
+                task_args += (refs_of([arg for _, arg in inbox if arg is not None]),)
+            done[q] = graph.add(ws[q], name, (fn, task, *task_args))
+            return done[q]
+
+        def send(q: int, key: str, recipients: tuple[int, ...], coming: dict, name, personal: bool = True) -> None:
+            # each recipient expects a message from part q, with its argument for it (None where none is needed)
+            args = exchange.connect(graph, key, q, recipients, name, personal)
+            for r in recipients:
+                coming[r].append((q, args.get(r)))
+
+        inbox: dict[int, list] = {q: [] for q in range(parts)}
+        for q in range(parts):
+            recipients = self.receivers(1, q)
+            key = add(q, f"batch-{t}-p{q}", batch, self.x[a][q], idx, recipients)
+            send(q, key, recipients, inbox, lambda r, q=q: f"send-{t}-l1-p{q}-to{r}")
+        for k in range(1, depth + 1):
+            coming: dict[int, list] = {q: [] for q in range(parts)}
+            for q in range(parts):
+                recipients = self.receivers(k + 1, q) if k < depth else ((0,) if q else ())
+                key = add(q, f"fwd-{t}-l{k}-p{q}", forward, k, tuple(p for p, _ in inbox[q]), recipients,
+                          inbox=inbox[q])
+                send(q, key, recipients, coming, lambda r, q=q, k=k: f"send-{t}-l{k + 1}-p{q}-to{r}")
+            inbox = coming
+        key = add(0, f"loss-{t}", loss, self.y[ws[0]], idx, scale, tuple(p for p, _ in inbox[0]), inbox=inbox[0])
+        inbox = {q: [] for q in range(parts)}
+        send(0, key, tuple(range(1, parts)), inbox, str, personal=False)  # the logits' error, the same for all
+        for k in range(depth, 0, -1):
+            coming = {q: [] for q in range(parts)}
+            for q in range(parts):
+                recipients = self.senders(k, q) if k > 1 else ()  # the inputs' errors go back where they came from
+                key = add(q, f"back-{t}-l{k}-p{q}", backward, k, tuple(p for p, _ in inbox[q]), recipients,
+                          inbox=inbox[q])
+                send(q, key, recipients, coming, lambda r, q=q, k=k: f"ret-{t}-l{k}-p{q}-to{r}")
+            inbox = coming
+        if update_here:  # model mode: each part updates from its own gradients, no traffic
+            return [add(q, f"state-{t}-p{q}", update, lr) for q in range(parts)]
+        return [add(q, f"grads-{t}-p{q}", gradients) for q in range(parts)]
+
     def model(self) -> Model:
-        return join_model(self.template, self.client.gather(self.states[0]), self.positions)
+        """The model as the parts hold it now (group 0's copy)."""
+        graph = PinnedGraph(uuid.uuid4().hex[:8])
+        keys = [graph.add(w, f"part-p{q}", (part_arrays, self.run_id, 0, q)) for q, w in enumerate(self.groups[0])]
+        futures = graph.submit(self.client, keys)
+        watch(self.client, futures, set(self.groups[0]))
+        return join_model(self.template, self.client.gather(futures), self.positions)
 
-    def cancel(self) -> None:
-        self.client.cancel([f for states in self.states for f in states]
-                           + [f for xs in self.x for f in xs] + list(self.y.values()))
+    def close(self) -> None:
+        """Let go of the run on the workers (its parts' states) and of the data scattered for it."""
+        self.client.cancel([f for xs in self.x for f in xs] + list(self.y.values()))
+        self.client.run(close_run, self.run_id, on_error="ignore")
 
+    cancel = close
