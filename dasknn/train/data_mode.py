@@ -68,7 +68,8 @@ class DataRunner:
 
     def close(self) -> None:
         """Let go of the replicas and the data scattered for them."""
-        self.client.cancel(list(self.replicas) + list(self.x.values()) + list(self.y.values()))
+        for f in list(self.replicas) + list(self.x.values()) + list(self.y.values()):
+            f.release()  # (not client.cancel: tasks that used them may still be known to the scheduler)
 
     cancel = close
 

@@ -332,7 +332,8 @@ class ModelRunner:
 
     def close(self) -> None:
         """Let go of the run on the workers (its parts' states) and of the data scattered for it."""
-        self.client.cancel([f for xs in self.x for f in xs] + list(self.y.values()))
+        for f in [f for xs in self.x for f in xs] + list(self.y.values()):
+            f.release()  # (not client.cancel: tasks that used them may still be known to the scheduler)
         self.client.run(close_run, self.run_id, on_error="ignore")
 
     cancel = close
