@@ -141,30 +141,26 @@ def _train(cluster, network, mode: str, checkpoint, kill: Kill | None = None) ->
 @pytest.fixture(scope="module")
 def train_network(tmp_path_factory, cluster):
     """A 1024 x 4 network whose hypergraph partition for 2 parts is kept in it (a run on a copy partitions
-    nothing, so its losses are those of that partition), and the uninterrupted runs' losses on it."""
+    nothing), and the single process's losses on it."""
     pytest.importorskip("sklearn")  # the digits
     from dasknn.train import train
 
     folder = tmp_path_factory.mktemp("train")
     path = generate.write(folder / "net4.zarr", 1024, 4, seed=1)
-    losses = {"single": train(str(path), "digits", mode="single", epochs=1, batch=64, max_steps=24,
-                              optimizer="adam", lr=1e-3).losses}
-    for mode in ("model", "data"):
-        losses[mode] = _train(cluster, path, mode, folder / f"{mode}.ck.zarr")["losses"]
-    return path, losses
+    _train(cluster, path, "model", folder / "ck.zarr")  # (partitions it, on the cluster)
+    single = train(str(path), "digits", mode="single", epochs=1, batch=64, max_steps=24, optimizer="adam", lr=1e-3)
+    return path, single.losses
 
 
 @pytest.mark.parametrize("mode,kill,restarted", TRAINING, ids=[f"{m}-{k.name}" for m, k, _ in TRAINING])
 def test_training_survives_a_worker_killed_in_any_phase(train_network, cluster, tmp_path, mode, kill, restarted):
-    path, uninterrupted = train_network
+    path, single = train_network
     shutil.copytree(path, tmp_path / "net.zarr")
-    partitioning = kill.prefix.startswith("partition")
-    if partitioning:  # the partition is computed again, on the cluster, while the worker is killed
+    if kill.prefix.startswith("partition"):  # the partition is computed again, on the cluster, while it is killed
         shutil.rmtree(tmp_path / "net.zarr" / "partitions")
     run = _train(cluster, tmp_path / "net.zarr", mode, tmp_path / "ck.zarr", kill)
-    # bit for bit what the same partition gives uninterrupted (the batches depend on the seed and the step only)
-    whole = _train(cluster, tmp_path / "net.zarr", mode, tmp_path / "whole.ck.zarr") if partitioning else {
-        "losses": uninterrupted[mode]}
-    assert run["losses"] == whole["losses"]
-    np.testing.assert_allclose(run["losses"], uninterrupted["single"], rtol=1e-6)
+    # the batches depend on the seed and the step only: the single process's losses, but for the last bit (the
+    # parts' sums run in the same order; NumPy's matrix products may round their last bit by where their arrays
+    # lie in memory, which differs with the placement of the parts)
+    np.testing.assert_allclose(run["losses"], single, rtol=1e-12, atol=0)
     assert run["restarts"] == 1 if restarted else run["restarts"] <= 1
