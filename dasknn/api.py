@@ -160,9 +160,9 @@ def _inputs(images: Any, network: str, client: Any, tmp: Path, batch: int | None
 def _scattered_source(images: Any, client: Any) -> InputSource:
     # an in-memory batch: scattered to the workers once, each chunk's task slices its rows there
     from .engine.inputs import InputSource, ScatteredRows
+    from .kernels import rows_on_host
 
-    if type(images).__module__.startswith("cupy"):
-        images = images.get()  # a CuPy array or cupyx sparse matrix: host memory is what scatters
+    images = rows_on_host(images)  # a CuPy array or cupyx sparse matrix: host memory is what scatters
     if sp.issparse(images):
         images = sp.csr_matrix(images)  # row slices are cheap in CSR
     else:

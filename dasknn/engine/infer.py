@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
+from ..kernels import backend_names
 from ..modes import AUTO, DATA, HYBRID, MODEL
 from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
 from ..store import location, open_results, open_store, read_results
@@ -140,8 +141,8 @@ def infer(
         ``"float32"`` (faster; may differ from the truth on a few images that sit on the threshold).
     backend
         ``"cpu"`` (NumPy blocks, the Numba kernel) or ``"gpu"`` (CuPy blocks on each worker's GPU, the cuSPARSE
-        kernel; run one worker per GPU, e.g. ``dask_cuda.LocalCUDACluster``). The kernels are chosen by the
-        blocks' array type.
+        kernel; run one worker per GPU, e.g. ``dask_cuda.LocalCUDACluster``), or another backend registered in
+        :mod:`dasknn.kernels.dispatch` (so in the workers too). The kernels are the backend's of the blocks.
     resident
         Hold every layer (data mode) or every layer's share of a part (model and hybrid modes) in each worker's
         memory (fast when it fits), or stream them from the store as they are needed, at most ``keep_layers``
@@ -283,8 +284,8 @@ def _checked(network, inputs, images: int | None, dtype: str, sync_every: int, a
         raise DasknnError("--activations needs --results (the store they are written to)")
     if messages not in ("compact", "dense"):
         raise DasknnError(f"--messages must be compact or dense, not {messages!r}")
-    if backend not in ("cpu", "gpu"):
-        raise DasknnError(f"backend must be cpu or gpu, not {backend!r}")
+    if backend not in backend_names():
+        raise DasknnError(f"backend must be {' or '.join(backend_names())}, not {backend!r}")
     return path, store, source, count
 
 

@@ -95,5 +95,4 @@ def stored_source(path: str) -> InputSource:
 def load_images(spec: RowsSpec, data, start: int, stop: int, rows: np.ndarray | None, dtype: str, backend: str):
     """On a worker: images ``start:stop`` as the kernels' dense ``neurons x images`` block (only the neurons
     ``rows`` in model mode), on the backend's device."""
-    return kernels.to_device(kernels.activations_of_rows(spec.rows(data, start, stop), np.dtype(dtype), rows),
-                             backend)
+    return kernels.backend_named(backend).activations_of_rows(spec.rows(data, start, stop), np.dtype(dtype), rows)

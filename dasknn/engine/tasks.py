@@ -150,9 +150,8 @@ def run_segment(run: str, weights: list[Block] | LayerStreamSpec, yt: np.ndarray
         layers = weights[first - 1:last]
     else:
         layers = inference_run(run).stream(weights).layers(first, last)
-        if not isinstance(yt, np.ndarray):
-            # activations on a device: keep the streamed layers' device copies that fit, for the next chunks
-            layers = kernels.keep_on_device(weights, first, layers)
+        # activations on a device: the streamed layers' device copies that fit are kept for the next chunks
+        layers = kernels.backend_of(yt).keep_on_device(weights, first, layers)
     yt, ids = kernels.run_layers(yt, layers, bias, ymax, ids)
     if not final:
         return yt, ids
@@ -226,11 +225,8 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
         block = kernels.keep_columns(block, keep)  # over the held block itself: nothing else reads it
     recv = _received(run, spec, pl, block, keep, messages)
     if not spec.split:
-        if isinstance(block, np.ndarray):
-            out = run.space(spec.chunk, spec.part, "block", block, (indptr.size - 1, block.shape[1]), 2)
-            block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv, out=out)
-        else:
-            block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv)
+        out = run.space(spec.chunk, spec.part, "block", block, (indptr.size - 1, block.shape[1]), 2)
+        block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv, out=out)
         return _stepped(run, part, spec, block, masks)
     sent = _sent_rows(run, part, k + 1)
     out = run.space(spec.chunk, spec.part, "block", block, (indptr.size - 1, block.shape[1]), 2)

@@ -100,9 +100,9 @@ class InferenceRun:
     #: each model-mode part's activations between its layer tasks, by (chunk, part): only the boundary messages
     #: travel; a block never leaves its worker, so it needs no key (a key per block cost a scheduler round trip)
     parts: dict[tuple[int, int], PartState] = field(default_factory=dict)
-    #: on the CPU, the flat arrays each part's blocks, received rows and packed inputs are written into, by
-    #: (chunk, part, use), reused layer after layer (a fresh array of 100 MB each layer costs page faults the step
-    #: waits on: every array over 32 MiB is a fresh mmap)
+    #: where the backend reuses space (the CPU's), the flat arrays each part's blocks, received rows and packed
+    #: inputs are written into, by (chunk, part, use), reused layer after layer (a fresh array of 100 MB each
+    #: layer costs page faults the step waits on: every array over 32 MiB is a fresh mmap)
     spaces: dict[tuple[int, int, str], list[np.ndarray]] = field(default_factory=dict)
     #: the open streams, by spec (consecutive tasks share a stream's read-ahead)
     streams: dict[StreamSpec, ReadAhead] = field(default_factory=dict)
@@ -128,14 +128,16 @@ class InferenceRun:
     def space(self, chunk: int, part: int, use: str, like, shape: tuple[int, int], generations: int):
         """An uninitialised ``shape`` array of ``like``'s dtype for the part's ``use``: in the space of its array of
         that use ``generations`` calls back (a block of layer k goes where the block of layer k - 2 was: the block
-        of layer k - 1 is the step's input). A fresh array on a device."""
-        if not isinstance(like, np.ndarray):
-            return kernels.empty_like_kind(like, shape)
+        of layer k - 1 is the step's input). A fresh array where ``like``'s backend does not reuse space (a
+        device's)."""
+        backend = kernels.backend_of(like)
+        if not backend.reuse_space:
+            return backend.empty(shape, like.dtype)
         size = shape[0] * shape[1]
         spaces = self.spaces.setdefault((chunk, part, use), [])
         space = spaces.pop(0) if len(spaces) == generations else None
         if space is None or space.size < size or space.dtype != like.dtype:
-            space = np.empty(size + size // 16, dtype=like.dtype)  # room for a layer with a few more rows
+            space = backend.empty(size + size // 16, like.dtype)  # room for a layer with a few more rows
         spaces.append(space)
         return space[:size].reshape(shape)
 
@@ -181,8 +183,7 @@ class InferenceRun:
         self.plans.clear()
         self.blocks.clear()
         self.endpoint.close()
-        kernels.release_device_layers()  # and the device copies of streamed layers
-        kernels.release_scratch()  # and the steps' scratch
+        kernels.release_backends()  # and the kernels' caches: device copies of streamed layers, steps' scratch
 
 
 def inference_run(run: str) -> InferenceRun:

@@ -1,40 +1,56 @@
-"""Array helpers shared by the CPU and GPU kernels: device placement, dead-image flags, dense activations.
+"""Array helpers of every backend: placement, dead-image flags, dense activations, the array module.
 
+The placement functions forward to the backend of their array (:func:`~dasknn.kernels.dispatch.backend_of`) or of
+their run (:func:`~dasknn.kernels.dispatch.backend_named`); the dense activations of images are made on the host.
 Nothing here imports CuPy at module level: only a call that asks for a device array does.
 """
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import numpy as np
+
+from .dispatch import backend_named, backend_of, find_backend
 
 
 def alive(yt) -> np.ndarray:
     """Which images (columns of ``yt``) still have a nonzero activation, as a NumPy mask (small; kept on the
     host so image indices never leave it)."""
-    return to_host(yt.any(axis=0))
+    return backend_of(yt).alive(yt)
 
 
 def to_host(a) -> np.ndarray:
-    """A NumPy copy of a device array (a NumPy array is returned as it is)."""
-    return a if isinstance(a, np.ndarray) else a.get()
+    """A NumPy copy of an array of any backend (a NumPy array is returned as it is)."""
+    return backend_of(a).to_host(a)
 
 
 def to_device(a: np.ndarray, backend: str):
-    """``a`` on the backend's device: itself for ``"cpu"``, a CuPy array for ``"gpu"``."""
-    if backend == "cpu":
-        return a
-    import cupy
-
-    return cupy.asarray(a)
+    """``a`` on the device of the backend named ``backend``: a NumPy array for ``"cpu"`` (``a`` itself if it is
+    one), a CuPy array for ``"gpu"``."""
+    return backend_named(backend).to_device(a)
 
 
 def empty_like_kind(a, shape: tuple[int, ...]):
     """An uninitialised array of ``shape`` and ``a``'s dtype, on ``a``'s device."""
-    if isinstance(a, np.ndarray):
-        return np.empty(shape, dtype=a.dtype)
-    import cupy
+    return backend_of(a).empty(shape, a.dtype)
 
-    return cupy.empty(shape, dtype=a.dtype)
+
+def array_module(a) -> ModuleType:
+    """The NumPy-like module of ``a``'s backend (``numpy``, ``cupy``), as ``cupy.get_array_module`` without
+    importing CuPy for NumPy arrays.
+
+    An object no backend runs on (a list, a scalar) gets the ``"gpu"`` backend's module, as before the backends
+    were registered (NumPy for NumPy arrays, CuPy for any other).
+    """
+    backend = find_backend(type(a))
+    return (backend_named("gpu") if backend is None else backend).array_module()
+
+
+def rows_on_host(block):
+    """Images in memory on the host: a NumPy array or ``scipy.sparse`` matrix as it is, a device array or sparse
+    matrix (CuPy's, cupyx's: a type from a module whose name starts with ``cupy``) copied by its ``get()``."""
+    return block.get() if type(block).__module__.startswith("cupy") else block
 
 
 def dense_transposed(rows_csr, dtype) -> np.ndarray:
@@ -54,8 +70,7 @@ def activations_of_rows(block, dtype, neurons: np.ndarray | None = None) -> np.n
     """
     import scipy.sparse as sp
 
-    if type(block).__module__.startswith("cupy"):
-        block = block.get()  # a CuPy array, or a cupyx.scipy.sparse matrix: the host copy
+    block = rows_on_host(block)
     if sp.issparse(block):
         block = sp.csr_matrix(block)
         return dense_transposed(block if neurons is None else block[:, neurons], dtype)

@@ -21,16 +21,24 @@ vectorises too.
 Every output sums its inputs left to right in the block's entry order, with a separately rounded multiply and add
 (no ``fastmath``): the results do not depend on the tiling or the unrolling, and float32 stays bit-equal to the
 reference.
+
+These kernels, with the messages' and training's NumPy kernels, are the ``"cpu"`` backend (:class:`CpuBackend`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import islice
+from types import ModuleType
 
 import numba
 import numpy as np
+
+from .arrays import activations_of_rows, to_host
+from .grad import back_input_numpy, weight_grad_numpy
+from .messages import pack_rows_numpy, unpack_rows_numpy
 
 #: Bytes a tile's inputs may take: half of this VM's 2 MB L2 per core, leaving room for the tile's outputs.
 TILE_BYTES = 1 << 20
@@ -533,3 +541,51 @@ def _concatenated(group: list, dtype: np.dtype, images: int) -> tuple[np.ndarray
     return (np.concatenate(indptrs), ptr_starts, indices, data, entry_starts, np.concatenate([o for o, _ in twins]),
             np.concatenate([s for _, s in twins]), twin_starts)
 
+
+@dataclass(frozen=True)
+class CpuBackend:
+    """The ``"cpu"`` backend (:class:`~dasknn.kernels.backend.Backend`): NumPy arrays and the Numba kernels. Its
+    members in the contract's order."""
+
+    name: str = "cpu"
+    reuse_space: bool = True
+
+    def missing(self) -> str | None:
+        return None
+
+    def array_types(self) -> tuple[type, ...]:
+        return (np.ndarray,)
+
+    def array_module(self) -> ModuleType:
+        return np
+
+    def to_device(self, a) -> np.ndarray:
+        return to_host(a)  # a NumPy array as it is; another backend's copied to the host
+
+    def to_host(self, a: np.ndarray) -> np.ndarray:
+        return a
+
+    def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
+        return np.empty(shape, dtype=dtype)
+
+    activations_of_rows = staticmethod(activations_of_rows)
+    layer_step = staticmethod(layer_step_numpy)
+    run_layers = staticmethod(run_layers_numpy)
+    keep_columns = staticmethod(keep_columns_numpy)
+
+    def alive(self, yt: np.ndarray) -> np.ndarray:
+        return yt.any(axis=0)
+
+    pack_rows = staticmethod(pack_rows_numpy)  # in their smallest form
+    unpack_rows = staticmethod(unpack_rows_numpy)
+    weight_grad = staticmethod(weight_grad_numpy)
+    back_input = staticmethod(back_input_numpy)
+
+    def keep_on_device(self, key: Hashable, first: int, layers: Iterable[tuple]) -> Iterable[tuple]:
+        return layers  # the host is where the layers are read into
+
+    release = staticmethod(release_scratch)
+
+
+#: The backend this module registers as ``"cpu"`` (:mod:`dasknn.kernels.dispatch`).
+BACKEND = CpuBackend()

@@ -1,23 +1,125 @@
-"""Kernels chosen by the activations' array type, in the style of dask-image's dispatchers.
+"""The backends by name and by array type, registered lazily, in the style of zarr's buffer prototypes and
+dask-image's dispatchers.
 
-NumPy arrays are registered here; CuPy registers itself lazily the first time a CuPy array arrives, so importing
-dasknn (or :mod:`dasknn.kernels`) never imports CuPy.
+A backend (:class:`~dasknn.kernels.backend.Backend`) is registered by name with the module that holds it (its
+``BACKEND``) and the top-level module of its array types; nothing is imported then. The module is imported the
+first time the backend is asked for by name, or an array of that top-level module arrives; its array library
+(CuPy) only when such an array arrives (:meth:`~dasknn.kernels.backend.Backend.array_types`), so importing dasknn
+never imports CuPy. Adding a backend is a module implementing the contract and one :func:`register_backend` line
+below.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
-from .cpu import keep_columns_numpy, layer_step_numpy, run_layers_numpy
+from .backend import Backend
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A backend as registered: its name, the module whose ``BACKEND`` it is, the top-level module of its arrays."""
+
+    name: str
+    module: str
+    arrays: str
+
+
+#: Registered backends by name, in registration order.
+_REGISTERED: dict[str, Registration] = {}
+#: The backends loaded so far, by name, and by array type (found by the types' top-level module).
+_LOADED: dict[str, Backend] = {}
+_BY_TYPE: dict[type, Backend] = {}
+
+
+def register_backend(name: str, module: str, arrays: str) -> None:
+    """Register backend ``name``: the ``BACKEND`` of ``module`` (imported on first use), for arrays whose type's
+    top-level module is ``arrays`` (``"numpy"``, ``"cupy"``)."""
+    _REGISTERED[name] = Registration(name, module, arrays)
+
+
+def unregister_backend(name: str) -> None:
+    """Forget backend ``name`` and the array types found for it (a test's own backend, after the test)."""
+    _REGISTERED.pop(name, None)
+    gone = _LOADED.pop(name, None)
+    for kind in [k for k, b in _BY_TYPE.items() if b is gone]:
+        del _BY_TYPE[kind]
+
+
+def backend_names() -> tuple[str, ...]:
+    """The registered backends' names (``("cpu", "gpu")``, and any a caller registered)."""
+    return tuple(_REGISTERED)
+
+
+def backend_named(name: str) -> Backend:
+    """The backend registered as ``name`` (its module imported on first use; its array library is not)."""
+    backend = _LOADED.get(name)
+    if backend is None:
+        if name not in _REGISTERED:
+            raise ValueError(f"no backend named {name!r}: the backends are {', '.join(_REGISTERED)}")
+        backend = _LOADED[name] = importlib.import_module(_REGISTERED[name].module).BACKEND
+    return backend
+
+
+def find_backend(kind: type) -> Backend | None:
+    """The backend of arrays of type ``kind``, or None where no registered backend runs on them.
+
+    A type of a registered top-level module (and not yet seen) has its backend's array types registered first,
+    so a subclass that backend runs on (an ``np.ndarray`` subclass of another library) is found ahead of its
+    base classes.
+    """
+    backend = _BY_TYPE.get(kind)
+    if backend is not None:
+        return backend
+    top = kind.__module__.split(".")[0]
+    for reg in _REGISTERED.values():
+        if reg.arrays == top:
+            found = backend_named(reg.name)
+            for t in found.array_types():
+                _BY_TYPE[t] = found
+    for cls in kind.__mro__:
+        if cls in _BY_TYPE:
+            return _BY_TYPE[cls]
+    return None
+
+
+def backend_for(kind: type) -> Backend:
+    """The backend of arrays of type ``kind``; a TypeError where none runs on them."""
+    backend = find_backend(kind)
+    if backend is None:
+        raise TypeError(f"no backend runs on arrays of type {kind.__module__}.{kind.__name__}")
+    return backend
+
+
+def backend_of(a) -> Backend:
+    """The backend of array ``a`` (NumPy arrays: ``"cpu"``; CuPy arrays: ``"gpu"``)."""
+    return backend_for(type(a))
+
+
+def release_backends() -> None:
+    """Let go of every backend's caches (kept layers, scratch) after a run: those of the backends whose module is
+    imported (a backend never imported holds nothing)."""
+    for reg in list(_REGISTERED.values()):
+        if reg.module in sys.modules:
+            backend_named(reg.name).release()
 
 
 class Dispatch:
-    """Look up an implementation by the type of the first argument; lazy registration by top-level module."""
+    """One kernel looked up by the type of its first argument: the method ``method`` of that array's backend,
+    unless a type was registered with this dispatcher alone (:meth:`register`, :meth:`register_lazy`).
 
-    def __init__(self, name: str):
+    The per-kernel dispatchers of before the backends (``layer_step``, ``run_layers_device``, ``keep_columns``,
+    ``grad.weight_grad_device``, ``grad.back_input_device``) are these.
+    """
+
+    def __init__(self, name: str, method: str | None = None):
         self.name = name
+        self.method = name if method is None else method
         self._impls: dict[type, Callable] = {}
         self._lazy: dict[str, Callable[[], None]] = {}
 
@@ -43,19 +145,19 @@ class Dispatch:
         if top in self._lazy:
             self._lazy.pop(top)()
             return self.dispatch(kind)
-        raise TypeError(f"no {self.name} kernel for arrays of type {kind.__module__}.{kind.__name__}")
+        backend = find_backend(kind)
+        if backend is None:
+            raise TypeError(f"no {self.name} kernel for arrays of type {kind.__module__}.{kind.__name__}")
+        return getattr(backend, self.method)
 
     def __call__(self, arg, *args, **kwargs):
         return self.dispatch(type(arg))(arg, *args, **kwargs)
 
 
 layer_step = Dispatch("layer_step")
-layer_step.register(np.ndarray)(layer_step_numpy)
 run_layers_device = Dispatch("run_layers")
-run_layers_device.register(np.ndarray)(run_layers_numpy)
 #: ``a[:, keep]`` for a boolean mask ``keep``, over ``a`` itself where the device allows (``a`` is then spent)
 keep_columns = Dispatch("keep_columns")
-keep_columns.register(np.ndarray)(keep_columns_numpy)
 
 
 def run_layers(
@@ -69,8 +171,8 @@ def run_layers(
     """Run consecutive layers on one block of images, dropping images that die.
 
     A dead image (an all-zero column) stays dead, so it is cut out of ``yt`` every ``compact_every`` layers (by
-    default every layer on the CPU, every ``GPU_COMPACT_EVERY`` on a GPU). The loop is chosen by ``yt``'s array
-    type: :func:`dasknn.kernels.cpu.run_layers_numpy`, or on a device its own loop (fused alive flags, fewer
+    default every layer on the CPU, every ``GPU_COMPACT_EVERY`` on a GPU). The loop is the backend's of ``yt``:
+    :func:`dasknn.kernels.cpu.run_layers_numpy`, or on a device its own loop (fused alive flags, fewer
     synchronisations), :func:`dasknn.kernels.gpu.run_layers_gpu`.
 
     Parameters
@@ -95,14 +197,6 @@ def run_layers(
     return run_layers_device(yt, layers, bias, ymax, ids, compact_every)
 
 
-@layer_step.register_lazy("cupy")
-@run_layers_device.register_lazy("cupy")
-@keep_columns.register_lazy("cupy")
-def _register_cupy() -> None:  # pragma: no cover - needs CuPy
-    import cupy
-
-    from .gpu import layer_step_gpu, run_layers_gpu
-
-    layer_step.register(cupy.ndarray)(layer_step_gpu)
-    run_layers_device.register(cupy.ndarray)(run_layers_gpu)
-    keep_columns.register(cupy.ndarray)(lambda a, keep: a[:, cupy.asarray(keep)])
+# the backends: a new one is a module implementing kernels.backend.Backend and a line here
+register_backend("cpu", "dasknn.kernels.cpu", arrays="numpy")
+register_backend("gpu", "dasknn.kernels.gpu", arrays="cupy")

@@ -3,18 +3,27 @@
 The GPU kernels follow the CPU kernel's layout (activations transposed and dense, the layer in CSC form) and its
 arithmetic: each output is summed in the block's entry order with separately rounded multiplies and adds (no
 fused multiply-add), so float32 results agree with the Numba kernel and the reference bit for bit. Nothing here
-imports CuPy at module level: CuPy registers itself with the dispatchers the first time a CuPy array arrives
-(:mod:`dasknn.kernels.dispatch`), and the source below is compiled (by NVRTC, through CuPy) on the first launch.
+imports CuPy at module level: the ``"gpu"`` backend (:class:`GpuBackend`) is found the first time a CuPy array
+arrives (:mod:`dasknn.kernels.dispatch`), and the source below is compiled (by NVRTC, through CuPy) on the first
+launch.
 """
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
+
+from .arrays import activations_of_rows
+from .backend import BackendUnsupported
+from .grad import back_input_gpu, weight_grad_gpu
+from .messages import pack_rows_dense, unpack_rows_dense
+from .nvrtc import GPU_COMPILE_OPTIONS
 
 #: Images per thread block: one per lane of a warp, so a warp's loads of one neuron's row are one transaction.
 GPU_TILE = 32
@@ -190,8 +199,6 @@ def gpu_launch(variant: str, n_in: int, n_out: int, nb: int, itemsize: int,
                      (GPU_TILE, GPU_ROWS), 0)
 
 
-#: NVRTC options: C++17 is the default dialect of CUDA 12 and 13 alike.
-GPU_COMPILE_OPTIONS = ("--std=c++17",)
 _SUFFIX = {4: "f32", 8: "f64"}
 _MODULES: dict[int, Any] = {}  # device id -> the compiled source
 _KERNELS: dict[tuple[int, str], tuple[Any, int]] = {}  # (device id, kernel name) -> (kernel, dynamic shared limit)
@@ -223,12 +230,13 @@ def gpu_kernel(name: str) -> tuple[Any, int]:  # pragma: no cover - needs a GPU
 
 
 def gpu_step(yt, indptr, indices, data, bias: float, ymax: float, alive, variant: str = "auto",
-             extra=None):  # pragma: no cover - needs a GPU
+             extra=None, out=None):  # pragma: no cover - needs a GPU
     """One launch of the fused kernel: :func:`layer_step_gpu`'s result, and ``alive`` (int32, at least as long as
     the images) set to 1 for each image with a nonzero output (the caller zeroes it).
 
     Input rows past ``yt``'s are read from ``extra`` where they lie, as the CPU kernel reads them: no copy of
-    ``yt`` and ``extra`` together is made.
+    ``yt`` and ``extra`` together is made. ``out``: where to write (``outputs x images``, C-contiguous, ``yt``'s
+    dtype); a new array when None.
     """
     import cupy
 
@@ -245,7 +253,10 @@ def gpu_step(yt, indptr, indices, data, bias: float, ymax: float, alive, variant
     split, nb = yt.shape
     n_in = split + (0 if extra is yt else extra.shape[0])
     n_out = indptr.size - 1
-    out = cupy.empty((n_out, nb), dtype=dtype)
+    if out is None:
+        out = cupy.empty((n_out, nb), dtype=dtype)
+    elif out.shape != (n_out, nb) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous {dtype} array of shape {(n_out, nb)}")
     if nb == 0 or n_out == 0:
         return out
     staged_limit = min(GPU_STAGED_MAX_BYTES, gpu_kernel(f"dasknn_staged_{_SUFFIX[dtype.itemsize]}")[1])
@@ -258,17 +269,21 @@ def gpu_step(yt, indptr, indices, data, bias: float, ymax: float, alive, variant
     return out
 
 
-def layer_step_gpu(yt, indptr, indices, data, bias: float, ymax: float, extra=None, *,
-                   variant: str = "auto"):  # pragma: no cover - needs a GPU
-    """One fused layer on the GPU (CuPy arrays in and out): the same contract as :func:`layer_step_numpy`.
+def layer_step_gpu(yt, indptr, indices, data, bias: float, ymax: float, extra=None, columns=None, out=None, *,
+                   variant: str = "auto"):
+    """One fused layer on the GPU (CuPy arrays in and out): the same contract as :func:`layer_step_numpy`, but
+    for ``columns``: the kernels compute every output of the block, so a subset raises
+    :class:`~dasknn.kernels.backend.BackendUnsupported`.
 
-    ``extra`` (received rows) is read in place. ``variant`` picks the kernel (see :func:`gpu_launch`); results
-    do not depend on it.
+    ``extra`` (received rows) is read in place; ``out`` is written where given. ``variant`` picks the kernel (see
+    :func:`gpu_launch`); results do not depend on it.
     """
+    if columns is not None:
+        raise BackendUnsupported("gpu", "compute some of a layer's columns (its kernels compute them all)")
     import cupy
 
     alive = cupy.zeros(max(1, yt.shape[1]), dtype=cupy.int32)
-    return gpu_step(yt, indptr, indices, data, bias, ymax, alive, variant, extra)
+    return gpu_step(yt, indptr, indices, data, bias, ymax, alive, variant, extra, out)
 
 
 def run_layers_gpu(yt, layers: Iterable[tuple], bias: float, ymax: float, ids: np.ndarray,
@@ -295,6 +310,13 @@ def run_layers_gpu(yt, layers: Iterable[tuple], bias: float, ymax: float, ids: n
     if k % every and yt.shape[1]:
         yt, ids_d = _compact_gpu(yt, ids_d, alive)
     return yt, cupy.asnumpy(ids_d)
+
+
+def keep_columns_gpu(a, keep: np.ndarray):  # pragma: no cover - needs a GPU
+    """``a[:, keep]`` for a boolean NumPy mask: a new CuPy array (``a`` is left as it is)."""
+    import cupy
+
+    return a[:, cupy.asarray(keep)]
 
 
 def _compact_gpu(yt, ids_d, alive):  # pragma: no cover - needs a GPU
@@ -356,3 +378,62 @@ def layer_step_cusparse(yt, indptr, indices, data, bias: float, ymax: float):  #
                        shape=(yt.shape[0], indptr.size - 1))
     z = w.T @ yt
     return cupy.where(z != 0, cupy.clip(z + yt.dtype.type(bias), 0, ymax), 0).astype(yt.dtype)
+
+
+@dataclass(frozen=True)
+class GpuBackend:
+    """The ``"gpu"`` backend (:class:`~dasknn.kernels.backend.Backend`): CuPy arrays and the CUDA kernels, its
+    members in the contract's order. CuPy is imported by the methods that need it, never by this module or by
+    looking the backend up by name."""
+
+    name: str = "gpu"
+    reuse_space: bool = False
+
+    def missing(self) -> str | None:
+        try:
+            importlib.import_module("cupy")
+        except ImportError:
+            return "CuPy: pip install 'dasknn[gpu]'"
+        return None
+
+    def array_types(self) -> tuple[type, ...]:
+        return (self.array_module().ndarray,)
+
+    def array_module(self) -> ModuleType:
+        import cupy
+
+        return cupy
+
+    def to_device(self, a):
+        return self.array_module().asarray(a)
+
+    def to_host(self, a) -> np.ndarray:  # pragma: no cover - needs a GPU
+        return a.get()
+
+    def empty(self, shape: tuple[int, ...], dtype):
+        return self.array_module().empty(shape, dtype=dtype)
+
+    def activations_of_rows(self, block, dtype, neurons: np.ndarray | None = None):
+        # made dense on the host (a model-mode part's own rows only), then copied over
+        return self.to_device(activations_of_rows(block, dtype, neurons))
+
+    layer_step = staticmethod(layer_step_gpu)
+    run_layers = staticmethod(run_layers_gpu)
+    keep_columns = staticmethod(keep_columns_gpu)
+
+    def alive(self, yt) -> np.ndarray:  # pragma: no cover - needs a GPU
+        return yt.any(axis=0).get()  # (the flags are few: image indices stay on the host)
+
+    # messages as dense rows, which never leave the device
+    pack_rows = staticmethod(pack_rows_dense)
+    unpack_rows = staticmethod(unpack_rows_dense)
+    # training's CUDA kernels
+    weight_grad = staticmethod(weight_grad_gpu)
+    back_input = staticmethod(back_input_gpu)
+    # streamed layers kept on the device, freed after a run
+    keep_on_device = staticmethod(keep_on_device)
+    release = staticmethod(release_device_layers)
+
+
+#: The backend this module registers as ``"gpu"`` (:mod:`dasknn.kernels.dispatch`).
+BACKEND = GpuBackend()

@@ -2,8 +2,9 @@
 
 Both take a layer block in CSC form (``indptr`` over output neurons, ``indices`` its input neurons, ``data`` its
 values) and activations or errors held transposed and dense (``neurons x batch``), as the inference kernels do.
-They are chosen by the activations' array type: NumPy runs the Numba kernels below; CuPy registers the CUDA
-kernels lazily the first time a CuPy array arrives, so importing dasknn never imports CuPy.
+They are the backend's of the activations (:mod:`.dispatch`): NumPy arrays run the Numba kernels below, CuPy
+arrays the CUDA kernels (the ``"gpu"`` backend is found the first time a CuPy array arrives, so importing dasknn
+never imports CuPy).
 
 Both devices sum in the same order with separately rounded multiplies and adds (no fused multiply-add):
 
@@ -21,9 +22,9 @@ import numba
 import numpy as np
 
 from .dispatch import Dispatch
-from .gpu import GPU_COMPILE_OPTIONS
+from .nvrtc import GPU_COMPILE_OPTIONS
 
-#: Dispatchers by the type of the activations (the first argument of each).
+#: The kernels of the activations' backend (the first argument of each).
 weight_grad_device = Dispatch("weight_grad")
 back_input_device = Dispatch("back_input")
 
@@ -93,7 +94,6 @@ def _backin_numba(indptr, indices, data, delta, out):  # pragma: no cover - comp
                 o[b] += w * d[b]
 
 
-@weight_grad_device.register(np.ndarray)
 def weight_grad_numpy(xin: np.ndarray, delta: np.ndarray, indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """:func:`weight_grad` on NumPy arrays (the Numba kernel)."""
     out = np.empty(indices.size, dtype=np.float64)
@@ -102,7 +102,6 @@ def weight_grad_numpy(xin: np.ndarray, delta: np.ndarray, indptr: np.ndarray, in
     return out
 
 
-@back_input_device.register(np.ndarray)
 def back_input_numpy(delta: np.ndarray, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
                      n_in: int) -> np.ndarray:
     """:func:`back_input` on NumPy arrays (the Numba kernel)."""
@@ -241,11 +240,3 @@ def back_input_gpu(delta, indptr, indices, data, n_in: int):  # pragma: no cover
                                            np.int64(n_in), np.int64(delta.shape[1])))
     return out
 
-
-@weight_grad_device.register_lazy("cupy")
-@back_input_device.register_lazy("cupy")
-def _register_cupy() -> None:  # pragma: no cover - needs CuPy
-    import cupy
-
-    weight_grad_device.register(cupy.ndarray)(weight_grad_gpu)
-    back_input_device.register(cupy.ndarray)(back_input_gpu)

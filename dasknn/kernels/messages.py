@@ -6,12 +6,18 @@ message is ``(header, bits, values)``: header = [rows, images, kind]; kind 0: va
 empty); 1: bits marks the nonzeros (row-major, packed), values lists them; 2: as 1, but every nonzero equals
 values[0]. The packer picks the smallest. Tuples of NumPy arrays: Dask sizes and serialises them without
 pickling their data.
+
+:func:`pack_rows` and :func:`unpack_rows` are the backend's of the block: on the host the smallest form
+(:func:`pack_rows_numpy`, :func:`unpack_rows_numpy`); on a device dense rows, which never leave it
+(:func:`pack_rows_dense`, :func:`unpack_rows_dense`).
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+
+from .dispatch import backend_of
 
 DENSE, SPARSE, CONSTANT = 0, 1, 2
 
@@ -92,16 +98,25 @@ def _unpack_numba(bits, values, constant, out):  # pragma: no cover - compiled
 
 
 def pack_rows(block, rows: np.ndarray, cols: np.ndarray | None = None, compact: bool = True) -> tuple:
-    """The message holding ``block[rows][:, cols]`` (all columns when ``cols`` is None), in its smallest form
-    (``compact``), or as dense rows.
+    """The message holding ``block[rows][:, cols]`` (all columns when ``cols`` is None), as the backend of
+    ``block`` packs it: in its smallest form on the host (``compact``), as dense rows on a device (CuPy blocks
+    are sent without leaving the device)."""
+    return backend_of(block).pack_rows(block, rows, cols, compact)
 
-    Device (CuPy) blocks are sent as dense rows (kind 0) without leaving the device.
-    """
+
+def unpack_rows(message: tuple, out) -> None:
+    """Write a message's rows into ``out`` (``rows x images``, preallocated: a slice of the receive buffer), as
+    the backend of ``out`` unpacks it."""
+    backend_of(out).unpack_rows(message, out)
+
+
+def pack_rows_numpy(block: np.ndarray, rows: np.ndarray, cols: np.ndarray | None = None,
+                    compact: bool = True) -> tuple:
+    """:func:`pack_rows` on a NumPy block: its smallest form (``compact``), or dense rows."""
+    if not compact:
+        return pack_rows_dense(block, rows, cols)
     width = block.shape[1] if cols is None else cols.size
     header = np.array([rows.size, width, DENSE], dtype=np.int64)
-    if not compact or not isinstance(block, np.ndarray):
-        dense = block[rows] if cols is None else block[rows][:, cols]
-        return header, np.empty(0, np.uint8), dense.ravel()
     count = rows.size * width
     bits = np.empty((count + 7) // 8, dtype=np.uint8)
     rows_ = rows.astype(np.int64, copy=False)
@@ -120,15 +135,32 @@ def pack_rows(block, rows: np.ndarray, cols: np.ndarray | None = None, compact: 
     return header, np.empty(0, np.uint8), np.ascontiguousarray(dense).ravel()
 
 
+def pack_rows_dense(block, rows: np.ndarray, cols: np.ndarray | None = None, compact: bool = True) -> tuple:
+    """:func:`pack_rows` as dense rows, on ``block``'s device (``compact`` is accepted for the common signature:
+    a device block is not scanned on the host). The header is a NumPy array, the values ``block``'s kind."""
+    width = block.shape[1] if cols is None else cols.size
+    header = np.array([rows.size, width, DENSE], dtype=np.int64)
+    dense = block[rows] if cols is None else block[rows][:, cols]
+    return header, np.empty(0, np.uint8), dense.ravel()
+
+
 def message_bytes(message: tuple) -> int:
     """Bytes a message's arrays take (what crosses between workers, less a few bytes of framing)."""
     return int(sum(a.nbytes for a in message))
 
 
-def unpack_rows(message: tuple, out) -> None:
-    """Write a message's rows into ``out`` (``rows x images``, preallocated: a slice of the receive buffer)."""
+def unpack_rows_numpy(message: tuple, out: np.ndarray) -> None:
+    """:func:`unpack_rows` into a NumPy array: a message of any form."""
     header, bits, values = message
     if int(header[2]) == DENSE:
-        out[...] = values.reshape(out.shape)
+        unpack_rows_dense(message, out)
     else:
         _unpack_numba(bits, values, int(header[2]) == CONSTANT, out)
+
+
+def unpack_rows_dense(message: tuple, out) -> None:
+    """:func:`unpack_rows` of dense rows, into an array of any device (what :func:`pack_rows_dense` packs)."""
+    header, _, values = message
+    if int(header[2]) != DENSE:
+        raise ValueError("a compact message (bitmap and values) unpacks into a host array only")
+    out[...] = values.reshape(out.shape)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DasknnError
+from ..kernels import rows_on_host
 
 
 def load_digits_1024() -> tuple[np.ndarray, np.ndarray]:
@@ -23,10 +24,9 @@ def _on_host(a):
     # random, so training holds its images), a scipy.sparse matrix made dense, a CuPy array copied to the host
     if hasattr(a, "__dask_graph__"):
         a = a.compute()
+    a = rows_on_host(a)
     if hasattr(a, "toarray"):
         a = a.toarray()
-    if hasattr(a, "get") and type(a).__module__.split(".")[0] == "cupy":
-        a = a.get()
     return np.asarray(a)
 
 

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from .. import kernels
 from ..errors import DasknnError
-from ..kernels import back_input, to_device, to_host, weight_grad  # dispatched by array type (NumPy: Numba; CuPy: CUDA)
+from ..kernels import back_input, to_host, weight_grad  # the backend's of the arrays (NumPy: Numba; CuPy: CUDA)
 from ..network import as_csc_layer
 from .device import array_module
 
@@ -77,10 +77,7 @@ class Model:
     def on(self, backend: str) -> Model:
         """This model with every array (patterns, values, optimiser state) on the backend's device
         (``"cpu"``: NumPy; ``"gpu"``: CuPy); arrays already there are not copied."""
-
-        def move(a):
-            return to_host(a) if backend == "cpu" else to_device(a, backend)
-
+        move = kernels.backend_named(backend).to_device
         return Model([(move(a), move(b)) for a, b in self.patterns], [move(p) for p in self.params], self.neurons,
                      self.classes, self.bias, self.ymax, self.optimizer,
                      [[move(s) for s in slot] for slot in self.slots], self.step)
