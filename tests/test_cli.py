@@ -189,6 +189,18 @@ def test_info(slice_store, capsys):
     code, out, _ = run(["info", str(slice_store), "--json", "--check"], capsys)
     report = json.loads(out)
     assert code == 0 and report["layers"] == 12 and report["images"] == 1000 and report["truth"] == 249
+    # the keys scripts read stay as they were
+    assert {"store", "neurons", "layers", "edges", "bias", "ymax", "dtype", "source", "images", "truth",
+            "bytes_on_disk"} <= set(report)
+
+
+def test_info_text_tells_storage_from_arithmetic_and_labels_the_truth(slice_store, slice_truth, capsys):
+    code, out, _ = run(["info", str(slice_store)], capsys)
+    stored = json.loads(run(["info", str(slice_store), "--json"], capsys)[1])["dtype"]
+    lines = {k.strip(): v for k, _, v in (line.partition(": ") for line in out.splitlines())}
+    assert code == 0
+    assert lines["dtype"] == f"stored as {stored} (arithmetic float64 by default; --dtype float32 is faster)"
+    assert lines["truth"] == f"{slice_truth.size} categories (images with a nonzero last row)"
 
 
 def test_import_does_not_load_cupy_or_the_cluster():

@@ -78,8 +78,18 @@ def cmd_info(args: argparse.Namespace) -> int:
               "images": s.inputs.images if s.inputs else 0,
               "truth": None if s.inputs is None or s.inputs.truth() is None else int(s.inputs.truth().size),
               "bytes_on_disk": s.nbytes_on_disk()}
-    emit(args, report, "\n".join(f"{k:>14}: {v}" for k, v in report.items()))
+    emit(args, report, "\n".join(f"{k:>14}: {v}" for k, v in _info_text(report).items()))
     return 0
+
+
+def _info_text(report: dict) -> dict:
+    """``info``'s figures as a reader needs them: the storage type apart from the arithmetic, counts with units."""
+    text = dict(report)
+    # the store keeps values in the narrowest exact type; inference computes in --dtype, whatever is stored
+    text["dtype"] = f"stored as {report['dtype']} (arithmetic float64 by default; --dtype float32 is faster)"
+    if report["truth"] is not None:
+        text["truth"] = f"{report['truth']} categories (images with a nonzero last row)"
+    return text
 
 
 def add_data_parsers(sub) -> None:
