@@ -14,6 +14,11 @@ from dasknn import io
 from dasknn.cli import main
 
 
+#: What the README says ``infer --json`` prints, in its order.
+README_FIELDS = ["images", "neurons", "layers", "edges", "categories", "matches_truth", "mismatched", "seconds",
+                 "edges_per_second", "workers"]
+
+
 def run(argv, capsys):
     code = main(argv)
     out = capsys.readouterr()
@@ -53,6 +58,11 @@ def test_infer_model_mode_out_of_core(slice_store, capsys, tmp_path):
     report = json.loads(out)
     assert report["matches_truth"] is True and report["streamed"] is True and report["mode"] == "model"
     assert report["plan_seconds"] > 0 and (tmp_path / "plan" / "counts").is_dir()
+    # the README's fields first, the long per-layer arrays last, under one key
+    assert list(report)[:len(README_FIELDS)] == README_FIELDS
+    assert list(report)[-1] == "per_layer" and not [k for k in report if k.endswith("_per_layer")]
+    assert {k: len(v) for k, v in report["per_layer"].items()} == {"dense_message_bytes": report["layers"],
+                                                                   "exchange_bytes": report["layers"]}
     # reused: the second run makes no plan and reads the same share
     code, out, err = run(argv, capsys)
     again = json.loads(out)
@@ -192,6 +202,28 @@ def test_info(slice_store, capsys):
     # the keys scripts read stay as they were
     assert {"store", "neurons", "layers", "edges", "bias", "ymax", "dtype", "source", "images", "truth",
             "bytes_on_disk"} <= set(report)
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_json_is_indented_on_a_terminal_and_one_line_in_a_pipe(slice_store, capsys, monkeypatch, terminal):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
+    code, out, _ = run(["info", str(slice_store), "--json"], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["layers"] == 12
+    if terminal:
+        assert out.count("\n") == len(report) + 2 and '\n  "neurons": 1024,\n' in out
+    else:
+        assert out.count("\n") == 1
+
+
+def test_train_and_infer_text_count_workers_in_words():
+    from dasknn.cli.common import plural
+    from dasknn.cli.train import where_trained
+
+    assert [plural(n, "worker") for n in (1, 2, 0)] == ["1 worker", "2 workers", "0 workers"]
+    assert where_trained("single", 1) == "single process"
+    assert where_trained("model", 1) == "model mode, 1 worker"
+    assert where_trained("hybrid", 4) == "hybrid mode, 4 workers"
 
 
 def test_info_text_tells_storage_from_arithmetic_and_labels_the_truth(slice_store, slice_truth, capsys):

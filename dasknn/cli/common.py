@@ -41,9 +41,12 @@ class Progress:
 
 
 def emit(args: argparse.Namespace, report: dict, text: str) -> None:
-    """Print ``report`` as one JSON object with ``--json``, else ``text``."""
+    """Print ``report`` as one JSON object with ``--json``, else ``text``.
+
+    The object is indented on a terminal, for a person to read, and one line elsewhere, for a script to parse.
+    """
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(report, indent=2 if sys.stdout.isatty() else None))
     else:
         print(text)
 
@@ -123,6 +126,11 @@ def require_matplotlib(option: str) -> None:
     """Fail with one line naming the extra where ``option`` asks for a plot and matplotlib is not installed."""
     if not has_matplotlib():
         raise DasknnError(f"{option} draws with matplotlib, which is not installed: {PLOT_EXTRA}")
+
+
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, with an s unless there is exactly one: "1 worker", "2 workers"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def mismatch_line(mismatched: int, images: int, dtype: str) -> str:

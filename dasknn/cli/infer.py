@@ -16,7 +16,8 @@ import numpy as np
 from ..errors import DasknnError
 from ..modes import INFERENCE
 from ..ingest import import_network
-from .common import Progress, check_report, emit, explain_table, mismatch_line, performance_report, positive_int
+from .common import (Progress, check_report, emit, explain_table, mismatch_line, performance_report, plural,
+                     positive_int)
 
 
 @contextlib.contextmanager
@@ -118,13 +119,14 @@ def run_infer(args: argparse.Namespace, client) -> int:
         "message_bytes": sum(result.message_bytes),
         **notes,
     }
-    if result.exchange_bytes:
-        # per layer: the boundary messages as dense rows, and as Dask recorded the compact ones that crossed
-        report["dense_message_bytes_per_layer"] = result.dense_message_bytes
-        report["exchange_bytes_per_layer"] = result.exchange_bytes
     if result.predictions:
         report["predictions"] = result.predictions
         report["calibration"] = result.calibration
+    if result.exchange_bytes:
+        # last, the long arrays, one entry a layer: the boundary messages as dense rows, and as Dask recorded the
+        # compact ones that crossed
+        report["per_layer"] = {"dense_message_bytes": result.dense_message_bytes,
+                               "exchange_bytes": result.exchange_bytes}
     if args.explain and not args.json:
         print(explain_table(result.predictions, result.mode, result.group_size, result.seconds), flush=True)
     verdict = "no truth to compare" if mismatched is None else (
@@ -132,7 +134,7 @@ def run_infer(args: argparse.Namespace, client) -> int:
     emit(args, report,
           f"{result.images} images x {result.layers} layers of {result.neurons} neurons ({result.edges} edges): "
           f"{cats.size} categories, {verdict}\n"
-          f"inference {result.seconds:.3f} s on {result.workers} workers ({result.mode} mode): "
+          f"inference {result.seconds:.3f} s on {plural(result.workers, 'worker')} ({result.mode} mode): "
           f"{result.edges_per_second:.3e} edges/s")
     if mismatched:
         # a check that fails fails the command, as bench-graphchallenge does

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from ..cluster import add_tls_arguments, local_client, tls_options
 from ..errors import DasknnError
 from ..train import MODES, OPTIMIZERS, import_weights, train
-from .common import check_report, performance_report, positive_int
+from .common import check_report, emit, performance_report, plural, positive_int
 
 
 def add_train_parsers(sub) -> None:
@@ -67,14 +66,16 @@ def run_train(args) -> int:
     else:
         result = train(args.network, args.data, **common)
     s = result.summary()
-    if args.json:
-        print(json.dumps(s))
-    else:
-        print(f"{s['steps']} steps in {s['seconds']:.2f} s ({s['mode']}, {s['workers']} workers): "
-              f"train loss {s['train_loss']:.4f}, test accuracy {100 * s['test_accuracy']:.2f} %, "
-              f"state {s['state_bytes']:,} B (dense with mask {s['dense_masked_state_bytes']:,} B), "
-              f"{s['bytes_sent_per_step']:,.0f} B sent per step")
+    emit(args, s, f"{s['steps']} steps in {s['seconds']:.2f} s ({where_trained(s['mode'], s['workers'])}): "
+                  f"train loss {s['train_loss']:.4f}, test accuracy {100 * s['test_accuracy']:.2f} %, "
+                  f"state {s['state_bytes']:,} B (dense with mask {s['dense_masked_state_bytes']:,} B), "
+                  f"{s['bytes_sent_per_step']:,.0f} B sent per step")
     return 0
+
+
+def where_trained(mode: str, workers: int) -> str:
+    """Where a run trained, in words: "single process", or the mode and its workers ("model mode, 2 workers")."""
+    return "single process" if mode == "single" else f"{mode} mode, {plural(workers, 'worker')}"
 
 
 def add_import_weights_parser(subparsers) -> None:
