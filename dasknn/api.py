@@ -10,7 +10,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import scipy.sparse as sp
@@ -19,8 +19,35 @@ from .errors import DasknnError
 from .network import Network
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from .engine import InferenceResult
     from .engine.inputs import InputSource
+
+
+class InferOptions(TypedDict, total=False):
+    """The engine's tuning options :func:`infer` passes on as keywords, each as in :func:`dasknn.engine.infer`.
+
+    Kept out of :func:`infer`'s own parameters so that its signature reads in one line; an option not given takes
+    the engine's default.
+    """
+
+    partition: str | np.ndarray
+    group_size: int | None
+    chunks: int | None
+    segment: int | None
+    sync_every: int
+    backend: str
+    resident: bool | None
+    keep_layers: int
+    results: str | os.PathLike[str] | None
+    resume: bool
+    progress: Callable[[int, int], None] | None
+    messages: str
+    explain: bool
+    activations: bool
+    plan_store: str | os.PathLike[str] | None
+    overlap: bool
 
 
 def infer(
@@ -33,25 +60,13 @@ def infer(
     mode: str = "auto",
     batch: int | None = None,
     keep_activations: bool = False,
-    partition: str | np.ndarray = "hypergraph",
-    group_size: int | None = None,
-    chunks: int | None = None,
-    segment: int | None = None,
-    sync_every: int = 2,
-    backend: str = "cpu",
-    resident: bool | None = None,
-    keep_layers: int = 2,
-    results: str | os.PathLike[str] | None = None,
-    resume: bool = False,
-    progress: Callable[[int, int], None] | None = None,
-    messages: str = "compact",
-    explain: bool = False,
-    activations: bool = False,
-    plan_store: str | os.PathLike[str] | None = None,
-    overlap: bool = False,
     tmpdir: str | os.PathLike[str] | None = None,
+    **options: Unpack[InferOptions],
 ) -> InferenceResult:
     """Run a sparse network on a batch of images on a Dask cluster; return the categories (0-based).
+
+    ``dasknn.infer(network, images, client, truth=..., mode="model", partition="block")``: the first three
+    positional, everything else by keyword; the engine's tuning options (:class:`InferOptions`) are at the end.
 
     Parameters
     ----------
@@ -86,10 +101,13 @@ def infer(
         (images x neurons, chunked like the batch's rows, each chunk dense NumPy rows, dead images all zero),
         persisted on the workers, so it composes with ``dask.array`` code and ``to_zarr``. Needs ``client``
         (a cluster started for the call would take them with it).
-    partition, group_size, chunks, segment, sync_every, backend, resident, keep_layers, results, resume, progress, messages, explain, activations, plan_store, overlap
-        As in :func:`dasknn.engine.infer` (``chunks`` is fixed by a dask.array's row chunks).
     tmpdir
         Where temporary stores are written (the system's temporary folder by default).
+    **options
+        The engine's tuning options, by keyword, as in :func:`dasknn.engine.infer` (:class:`InferOptions`):
+        ``partition``, ``group_size``, ``chunks`` (fixed by a dask.array's row chunks), ``segment``,
+        ``sync_every``, ``backend``, ``resident``, ``keep_layers``, ``results``, ``resume``, ``progress``,
+        ``messages``, ``explain``, ``activations``, ``plan_store``, ``overlap``.
 
     Returns
     -------
@@ -106,6 +124,9 @@ def infer(
     from .engine import infer as run
     from .runtime.recovery import ensure_client
 
+    unknown = sorted(set(options) - InferOptions.__optional_keys__)
+    if unknown:  # as Python says it for a named parameter
+        raise TypeError(f"infer() got an unexpected keyword argument {unknown[0]!r}")
     if keep_activations and client is None:
         raise DasknnError("keep_activations needs a client: the activations stay on its workers")
     with contextlib.ExitStack() as stack:
@@ -114,11 +135,8 @@ def infer(
         client = stack.enter_context(ensure_client(client))
         inputs, stored = _inputs(images, path, client, tmp, batch)
         count = None if not isinstance(inputs, str) else batch
-        result = run(path, inputs, client, mode=mode, partition=partition, group_size=group_size, images=count,
-                     chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
-                     resident=resident, keep_layers=keep_layers, results=results, resume=resume, progress=progress,
-                     messages=messages, explain=explain, activations=activations, plan_store=plan_store,
-                     keep_activations=keep_activations, overlap=overlap)
+        result = run(path, inputs, client, mode=mode, images=count, dtype=dtype, keep_activations=keep_activations,
+                     **options)
         expected = _truth(truth, stored, dtype)
     if expected is not None:
         expected = expected[expected < result.images]
