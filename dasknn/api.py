@@ -132,12 +132,13 @@ def infer(
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dasknn-", dir=tmpdir)))
         path = _network_store(network, tmp)
+        stored = _stored_inputs(images, path, tmp)
+        expected = _truth(truth, stored, images, path, dtype)  # before a cluster: a wrong truth costs no run
         client = stack.enter_context(ensure_client(client))
-        inputs, stored = _inputs(images, path, client, tmp, batch)
-        count = None if not isinstance(inputs, str) else batch
+        inputs = stored if stored is not None else _in_memory_source(images, client, batch)
+        count = None if stored is None else batch
         result = run(path, inputs, client, mode=mode, images=count, dtype=dtype, keep_activations=keep_activations,
                      **options)
-        expected = _truth(truth, stored, dtype)
     if expected is not None:
         expected = expected[expected < result.images]
         result.mismatched = int(np.setxor1d(result.categories, expected).size)
@@ -157,22 +158,27 @@ def _network_store(network: str | os.PathLike[str] | Network, tmp: Path) -> str:
     return str(import_network(network, tmp / "network.zarr"))
 
 
-def _inputs(images: Any, network: str, client: Any, tmp: Path, batch: int | None) -> tuple[str | InputSource, str | None]:
-    # the engine's inputs (a store path, or a source of arrays on the workers), and the store whose stored truth
-    # applies (None for arrays)
+def _stored_inputs(images: Any, network: str, tmp: Path) -> str | None:
+    # the inputs as a store the workers read (a TSV file written into the call's temporary folder), or None for a
+    # batch in memory
     from . import io
     from .store import is_store, location, open_store, write_inputs_store
 
     if images is None:
-        return network, network
-    if isinstance(images, (str, os.PathLike)):
-        if is_store(images):
-            return str(location(images)), str(location(images))
-        rows = io.read_images(images, neurons=open_store(network, check="metadata").neurons)
-        return str(write_inputs_store(tmp / "inputs.zarr", rows, source=os.fspath(images))), None
+        return network
+    if not isinstance(images, (str, os.PathLike)):
+        return None
+    if is_store(images):
+        return str(location(images))
+    rows = io.read_images(images, neurons=open_store(network, check="metadata").neurons)
+    return str(write_inputs_store(tmp / "inputs.zarr", rows, source=os.fspath(images)))
+
+
+def _in_memory_source(images: Any, client: Any, batch: int | None) -> InputSource:
+    # a batch in memory as the engine's inputs: a dask.array's chunks, or an array scattered to the workers
     if hasattr(images, "__dask_graph__"):
-        return _dask_source(images, client, batch), None
-    return _scattered_source(images, client), None
+        return _dask_source(images, client, batch)
+    return _scattered_source(images, client)
 
 
 def _scattered_source(images: Any, client: Any) -> InputSource:
@@ -211,13 +217,22 @@ def _dask_source(images: Any, client: Any, batch: int | None) -> InputSource:
                        label=f"dask.array {arr.shape[0]} x {arr.shape[1]}")
 
 
-def _truth(truth: Any, stored: str | None, dtype: str) -> np.ndarray | None:
-    # the expected categories as sorted 0-based indices: given (array 0-based, file 1-based) or stored
+def _truth(truth: Any, stored: str | None, images: Any, network: str, dtype: str) -> np.ndarray | None:
+    # the expected categories as sorted 0-based indices: given (array 0-based, file 1-based), checked against the
+    # network and the batch, or stored with the inputs
     from . import io
-    from .store import open_inputs
+    from .store import open_inputs, open_store
 
+    inputs = None if stored is None else open_inputs(stored)
     if truth is None:
-        return None if stored is None else open_inputs(stored).truth(dtype)
-    if isinstance(truth, (str, os.PathLike)):
-        return io.read_categories(truth)
-    return np.unique(np.asarray(truth, dtype=np.int64))
+        return None if inputs is None else inputs.truth(dtype)
+    shape = open_store(network, check="metadata")
+    rows = inputs.images if inputs is not None else _rows(images)
+    return io.checked_truth(truth, rows, shape.neurons, shape.depth)
+
+
+def _rows(images: Any) -> int | None:
+    # the images of a batch in memory; None where not known (a dask.array of unknown chunks, something not 2-D)
+    shape = getattr(images, "shape", None)
+    shape = np.shape(images) if shape is None else shape
+    return int(shape[0]) if len(shape) == 2 and not np.isnan(shape[0]) else None

@@ -522,6 +522,47 @@ def read_categories(path: str | os.PathLike[str], images: int | None = None) -> 
     return out
 
 
+def checked_truth(
+    truth: np.ndarray | str | os.PathLike[str], images: int | None, neurons: int, layers: int
+) -> np.ndarray:
+    """The expected categories of a batch, refused in one line where they cannot be its network's and batch's.
+
+    Called before any inference runs, so a truth for another network costs nothing (it used to cost a whole run
+    and end as thousands of images that differ).
+
+    Parameters
+    ----------
+    truth
+        A ``neuron{N}-l{L}-categories.tsv`` file (1-based image indices), or an array of 0-based indices.
+    images
+        The number of images of the batch as stored or given (before ``--batch`` takes the first ones); ``None``
+        where it is not known.
+    neurons, layers
+        The network's width and depth, which a file's name must not contradict.
+
+    Returns
+    -------
+    numpy.ndarray
+        Sorted 0-based image indices.
+
+    Raises
+    ------
+    DasknnError
+        A file named for another width or depth, or an index beyond the batch's images.
+    """
+    if not isinstance(truth, (str, os.PathLike)):
+        indices = np.unique(np.asarray(truth, dtype=np.int64))
+        if indices.size and images is not None and (indices[0] < 0 or indices[-1] >= images):
+            bad = indices[0] if indices[0] < 0 else indices[-1]
+            raise DasknnError(f"truth: image index {bad} (0-based) is not one of the batch's {images} images")
+        return indices
+    named = CATEGORIES_NAME.search(Path(truth).name)
+    if named is not None and (int(named.group(1)), int(named.group(2))) != (neurons, layers):
+        raise DasknnError(f"its name says {named.group(1)} neurons x {named.group(2)} layers, but the network has "
+                          f"{neurons} neurons x {layers} layers: a truth for another network", truth)
+    return read_categories(truth, images)
+
+
 # --- writers -------------------------------------------------------------------------------------------------
 
 

@@ -305,3 +305,84 @@ def test_partition_command_runs_on_the_cluster(slice_store, capsys, tmp_path):
     # the workers read a store: a network given as files is refused in one line
     code, _, err = run(["partition", str(tmp_path / "none"), "--parts", "2", "--workers", "2"], capsys)
     assert code != 0
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Any local cluster or client started fails the test: what is refused must be refused before one starts."""
+    import distributed
+
+    def started(*args, **kwargs):
+        raise AssertionError("a Dask cluster or client was started")
+
+    monkeypatch.setattr(distributed, "LocalCluster", started)
+    monkeypatch.setattr(distributed, "Client", started)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--network", "nowhere.zarr"], "nowhere.zarr: no such file or directory"),
+    (["--network", "nowhere.tar.gz"], "nowhere.tar.gz: no such file or directory"),
+    (["--inputs", "nowhere.tsv"], "nowhere.tsv: no such file"),
+    (["--truth", "nowhere.tsv"], "nowhere.tsv: no such file"),
+    (["--batch", "-1"], "--batch must be between 1 and 1000 (the stored images), not -1"),
+    (["--chunks", "0"], "--chunks must be at least 1, not 0"),
+    (["--sync-every", "0"], "--sync-every must be at least 1, not 0"),
+    (["--keep-layers", "0"], "--keep-layers must be at least 1, not 0"),
+    (["--segment", "-2"], "--segment must be at least 1, not -2"),
+    (["--activations"], "--activations needs --results"),
+])
+def test_infer_refuses_bad_arguments_before_a_cluster_starts(extra, message, slice_store, no_cluster, capsys,
+                                                               tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["infer", *(["--network", str(slice_store)] if "--network" not in extra else []), *extra, "--workers", "1"]
+    t0 = time.perf_counter()
+    code, out, err = run(argv, capsys)
+    assert time.perf_counter() - t0 < 2.0
+    assert code == 2 and err.startswith("dasknn: error: ") and err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--network", "nowhere.zarr", "--report", "r.html"], "nowhere.zarr: no such store"),
+    (["train", "--network", "nowhere.zarr", "--scheduler", "tcp://127.0.0.1:9"], "nowhere.zarr: no such store"),
+    (["train", "--network", "STORE", "--batch", "-1", "--scheduler", "tcp://127.0.0.1:9"], "--batch"),
+    (["partition", "nowhere.zarr", "--parts", "2", "--workers", "2"], "nowhere.zarr: no such file or directory"),
+    (["partition", "STORE", "--parts", "0", "--workers", "2"], "the number of parts must be at least 1"),
+    (["partition", "STORE", "--parts", "2", "--epsilon", "-1", "--workers", "2"], "epsilon must be"),
+])
+def test_train_and_partition_refuse_before_a_cluster_starts(argv, message, slice_store, no_cluster, capsys,
+                                                             tmp_path, monkeypatch):
+    pytest.importorskip("bokeh", reason="bokeh is not installed: --report needs it")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run([str(slice_store) if a == "STORE" else a for a in argv], capsys)
+    assert code == 2 and err.startswith("dasknn: error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_a_truth_for_another_network_is_refused_before_any_run(slice_store, slice_truth, no_cluster, capsys,
+                                                              tmp_path):
+    # the 16384 x 120 truth given with a 1024 x 12 network: its name says so
+    other = tmp_path / "neuron16384-l120-categories.tsv"
+    io.write_categories(other, slice_truth)
+    code, _, err = run(["infer", "--network", str(slice_store), "--truth", str(other)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err == (f"dasknn: error: {other}: its name says 16384 neurons x 120 layers, but the network has "
+                   f"1024 neurons x 12 layers: a truth for another network\n")
+    # a truth whose indices go beyond the stored images, whatever its name: not this batch's
+    beyond = tmp_path / "truth.tsv"
+    io.write_categories(beyond, np.append(slice_truth, 14593))
+    code, _, err = run(["infer", "--network", str(slice_store), "--truth", str(beyond)], capsys)
+    line = slice_truth.size + 1
+    assert code == 2 and err == f"dasknn: error: {beyond}:{line}: image 14594 is beyond the batch's 1000 images\n"
+
+
+def test_the_python_entry_checks_the_truth_before_a_cluster(slice_store, slice_truth, no_cluster, tmp_path):
+    import dasknn
+    from dasknn.errors import DasknnError
+
+    other = tmp_path / "neuron1024-l120-categories.tsv"
+    io.write_categories(other, slice_truth)
+    with pytest.raises(DasknnError, match="1024 neurons x 120 layers, but the network has 1024 neurons x 12"):
+        dasknn.infer(slice_store, truth=other)
+    with pytest.raises(DasknnError, match="image index 1000 .* not one of the batch's 1000 images"):
+        dasknn.infer(slice_store, truth=np.append(slice_truth, 1000))

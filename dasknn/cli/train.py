@@ -97,8 +97,22 @@ def run_import_weights(args) -> int:
     return 0
 
 
+def check_before_a_cluster(args: argparse.Namespace) -> None:
+    """Refuse what :func:`~dasknn.train.train` would refuse, with its own checks, before any cluster starts: the
+    arguments, the backend, and a network path that is not a store."""
+    from ..store import open_store
+    from ..train.device import check_backend
+    from ..train.driver import check_arguments
+
+    check_arguments(args.mode, args.epochs, args.batch, args.lr, args.workers, args.group_size,
+                    args.checkpoint_every, args.checkpoint, args.resume)
+    check_backend("gpu" if args.gpu else "cpu", args.mode)
+    open_store(args.network, check="metadata")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """``dasknn train``, inside Dask's performance report when ``--report`` is given."""
+    check_before_a_cluster(args)
     if not args.report:
         return run_train(args)
     if args.mode == "single":
