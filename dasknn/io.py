@@ -29,6 +29,7 @@ import scipy.sparse as sp
 
 from .errors import DasknnError
 from .network import Network, as_csc_layer, challenge_bias
+from .partials import new_partial
 
 LAYER_NAME = re.compile(r"(?:^|/)n(\d+)-l(\d+)\.tsv$")
 IMAGES_NAME = re.compile(r"sparse-images-(\d+)\.tsv(?:\.gz)?$")
@@ -577,7 +578,7 @@ def _format_values(values: np.ndarray) -> list[str]:
 
 
 def _write_lines(path: Path, lines: Iterable[str]) -> None:
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    tmp = new_partial(path)
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(tmp, "wt", newline="\n") as f:

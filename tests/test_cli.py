@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -386,3 +387,53 @@ def test_the_python_entry_checks_the_truth_before_a_cluster(slice_store, slice_t
         dasknn.infer(slice_store, truth=other)
     with pytest.raises(DasknnError, match="image index 1000 .* not one of the batch's 1000 images"):
         dasknn.infer(slice_store, truth=np.append(slice_truth, 1000))
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    return int(done.stdout)
+
+
+def test_sigterm_mid_write_is_an_interrupt_and_leaves_nothing(tmp_path):
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "dasknn", "generate", "--neurons", "16384", "--layers", "1000",
+                             "--out", "X.zarr"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while not [p for p in tmp_path.iterdir() if ".partial-" in p.name] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [partial] = [p.name for p in tmp_path.iterdir()]
+    assert partial.startswith(f".X.zarr.partial-{proc.pid}-")  # the writer's pid is in the name
+    time.sleep(0.3)  # layers are being written
+    proc.send_signal(signal.SIGTERM)  # as timeout(1) or a batch scheduler sends it
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and out == ""
+    assert err == "dasknn: interrupted; nothing partial was kept\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_handler_is_restored_after_a_command(slice_store, capsys):
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert run(["info", str(slice_store)], capsys)[0] == 0
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("out", ["X.zarr", "tsv"])
+def test_a_partial_left_by_a_dead_writer_is_removed_by_the_next_write(out, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # what a SIGKILLed writer leaves: a hidden partial named by its (now dead) pid; and one of a live writer (us)
+    target = tmp_path / (out if out.endswith(".zarr") else "tsv/neuron64/n64-l1.tsv")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stale = target.with_name(f".{target.name}.partial-{_dead_pid()}-0123abcd")
+    live = target.with_name(f".{target.name}.partial-{os.getpid()}-89abcdef")
+    for partial in (stale, live):
+        partial.mkdir() if out.endswith(".zarr") else partial.write_text("1\t1\t0.5\n")
+    code, _, err = run(["generate", "--neurons", "64", "--layers", "2", "--bias", "-0.3", "--out", out], capsys)
+    assert code == 0, err
+    assert not stale.exists() and live.exists() and target.exists()

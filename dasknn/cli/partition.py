@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
+from ..partials import new_partial
 from .common import PLOT_EXTRA, Progress, emit, positive_int, require_matplotlib
 
 
@@ -65,7 +66,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
         report = partitioning.partition_report(layers, owners, args.method, seconds)
     if args.out:
         out = Path(args.out)
-        tmp = out.with_name(f".{out.name}.partial.npy")
+        tmp = new_partial(out, suffix=".npy")
         np.save(tmp, owners.astype(np.int32, copy=False), allow_pickle=False)  # as documented, however computed
         os.replace(tmp, out)
     if is_store(args.network):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import scipy.sparse as sp
 import zarr
 
 from ..errors import DasknnError
+from ..partials import new_partial
 from . import common
 from .common import (
     FORMAT,
@@ -141,7 +141,7 @@ def write_inputs_store(path: str | os.PathLike[str], images: sp.spmatrix, truth:
     path = Path(path)
     if path.exists() and not overwrite:
         raise DasknnError("already exists (pass --overwrite to replace it)", path)
-    tmp = path.with_name(f".{path.name}.partial-{uuid.uuid4().hex[:8]}")
+    tmp = new_partial(path)
     try:
         root = zarr.open_group(tmp, mode="w", zarr_format=3)
         write_inputs(root, images, truth, images.shape[1])
