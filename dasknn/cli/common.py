@@ -7,7 +7,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import DasknnError
@@ -38,6 +38,32 @@ class Progress:
         """Remove the bar."""
         if self.bar is not None:
             self.bar.close()
+
+
+class Stages:
+    """A long command's stages: a progress bar for each on a terminal, else one line each on stderr.
+
+    A run in a pipe or a batch job is then never silent for minutes (``generate --truth``); stdout, where the
+    result or its JSON goes, is left alone.
+    """
+
+    def __init__(self, bars: bool):
+        self.bars = bars
+        self.bar: Progress | None = None
+
+    def begin(self, name: str, total: int) -> Callable[[int], None]:
+        """Start stage ``name`` of ``total`` steps; return what to call with the steps done."""
+        self.close()
+        self.bar = Progress(total, name, self.bars)
+        if not self.bar.shown:
+            print(f"dasknn: {name} ...", file=sys.stderr, flush=True)
+        return self.bar.to
+
+    def close(self) -> None:
+        """Remove the bar of the stage under way, if any."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def emit(args: argparse.Namespace, report: dict, text: str) -> None:

@@ -7,20 +7,20 @@ import time
 from pathlib import Path
 
 from ..ingest import import_network
-from .common import Progress, emit
+from .common import Progress, Stages, emit
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """``dasknn generate``: write a challenge-like network (and images) and print what was written."""
     from .. import generate
 
-    bar = Progress(args.layers, "generate", not args.json)
+    stages = Stages(bars=not args.json)
     t0 = time.perf_counter()
     try:
         out = generate.write(args.out, args.neurons, args.layers, args.images, args.seed, truth=args.truth,
-                             overwrite=args.overwrite, progress=bar.to, bias=args.bias)
+                             overwrite=args.overwrite, bias=args.bias, stage=stages.begin)
     finally:
-        bar.close()
+        stages.close()
     seconds = time.perf_counter() - t0
     report = {"out": str(out), "neurons": args.neurons, "layers": args.layers, "edges": 32 * args.neurons * args.layers,
               "images": args.images, "seed": args.seed, "seconds": round(seconds, 3)}

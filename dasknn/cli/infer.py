@@ -17,8 +17,8 @@ import numpy as np
 from ..errors import DasknnError
 from ..modes import INFERENCE
 from ..ingest import import_network
-from .common import (Progress, check_report, emit, explain_table, mismatch_line, performance_report, plural,
-                     positive_int)
+from .common import (Progress, Stages, check_report, emit, explain_table, mismatch_line, performance_report,
+                     plural, positive_int)
 
 
 @dataclass(frozen=True)
@@ -48,11 +48,12 @@ def prepared_infer(args: argparse.Namespace) -> Iterator[Prepared]:
         if args.network is None:
             if args.inputs is not None:
                 raise DasknnError("--inputs needs --network")
-            bar = Progress(generate.DEFAULT["layers"], "generating the default network (once)", not args.json)
+            stages = Stages(bars=not args.json)
             try:
-                network = generate.default_store(progress=bar.to)
+                network = generate.default_store(stage=lambda name, total: stages.begin(
+                    f"{name} of the default network (once)", total))
             finally:
-                bar.close()
+                stages.close()
             notes["network"] = f"default: {network}"
         elif is_store(args.network):
             network = location(args.network)
