@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -32,6 +33,25 @@ def new_partial(path: str | os.PathLike[str], suffix: str = "") -> Path:
     path = Path(path)
     remove_stale_partials(path)
     return path.with_name(f".{path.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}")
+
+
+def remove_partial(partial: str | os.PathLike[str], patience: float = 5.0) -> None:
+    """Remove a partial this process was writing, once whatever is still writing into it has stopped.
+
+    An interrupted write can leave I/O in flight on another thread (Zarr's writes run on its own event loop, and
+    Ctrl-C or SIGTERM interrupts only the main thread's wait for them): files can appear after a first removal.
+    So remove, and again, until the partial stays gone (for at most ``patience`` seconds).
+    """
+    partial = Path(partial)
+    deadline = time.monotonic() + patience
+    while partial.exists() or partial.is_symlink():
+        if partial.is_dir() and not partial.is_symlink():
+            shutil.rmtree(partial, ignore_errors=True)
+        else:
+            partial.unlink(missing_ok=True)
+        time.sleep(0.05)  # what was in flight lands now, or never
+        if time.monotonic() > deadline:
+            return
 
 
 def remove_stale_partials(path: str | os.PathLike[str]) -> list[Path]:

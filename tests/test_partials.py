@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 
-from dasknn.partials import new_partial, remove_stale_partials
+from dasknn.partials import new_partial, remove_partial, remove_stale_partials
 
 
 def _dead_pid() -> int:
@@ -47,3 +48,26 @@ def test_a_file_partial_of_a_dead_writer_goes_with_the_next_new_partial(tmp_path
     dead.write_text("1\n")
     new_partial(tmp_path / "c.tsv")
     assert not dead.exists()
+
+
+def test_a_partial_still_written_to_by_another_thread_is_removed_once_it_stops(tmp_path):
+    # as Zarr's I/O thread finishing the writes an interrupted main thread had queued: files land after a removal
+    import threading
+
+    partial = new_partial(tmp_path / "n.zarr")
+    partial.mkdir()
+    stop_at = time.monotonic() + 0.4
+
+    def late_writes() -> None:
+        k = 0
+        while time.monotonic() < stop_at:
+            (partial / "layers" / str(k)).mkdir(parents=True, exist_ok=True)
+            (partial / "layers" / str(k) / "c").write_bytes(b"x")
+            k += 1
+            time.sleep(0.01)
+
+    writer = threading.Thread(target=late_writes)
+    writer.start()
+    remove_partial(partial)
+    writer.join()
+    assert not partial.exists()

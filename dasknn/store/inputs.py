@@ -4,7 +4,6 @@ kept with a network or in an inputs-only store."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import scipy.sparse as sp
 import zarr
 
 from ..errors import DasknnError
-from ..partials import new_partial
+from ..partials import new_partial, remove_partial
 from . import common
 from .common import (
     FORMAT,
@@ -149,5 +148,5 @@ def write_inputs_store(path: str | os.PathLike[str], images: sp.spmatrix, truth:
                                 "images": int(images.shape[0]), "source": source, "complete": True}
         replace_atomically(tmp, path)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_partial(tmp)
     return path

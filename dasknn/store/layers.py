@@ -16,7 +16,7 @@ import zarr
 
 from ..errors import DasknnError
 from ..network import Network, as_csc_layer
-from ..partials import new_partial
+from ..partials import new_partial, remove_partial
 from .common import (
     FORMAT,
     FULL_CHECK_ENTRIES,
@@ -117,7 +117,7 @@ class StoreWriter:
             self.root.attrs["dasknn"] = self._attrs(complete=True)
             replace_atomically(self._tmp, self.path)
         else:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            remove_partial(self._tmp)
 
 
 def write_network(
