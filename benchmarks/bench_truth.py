@@ -9,9 +9,13 @@
 All three give the same categories (checked). The variants run interleaved, ``--repeats`` times each, so a busy
 shared machine weighs on all alike; the table gives each one's best and median wall time and its CPU time.
 
+With ``--cli``, instead: ``dasknn generate`` itself, with and without ``--truth``, as a user runs it (the README's
+figure).
+
 Usage (from the repository root)::
 
     python benchmarks/bench_truth.py [--neurons 16384] [--layers 120] [--images 200] [--repeats 2]
+    python benchmarks/bench_truth.py --cli --images 1000
 """
 
 from __future__ import annotations
@@ -20,10 +24,14 @@ import argparse
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from datetime import date
+from typing import TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,6 +39,7 @@ import scipy.sparse as sp
 from dasknn import generate, reference
 
 DTYPES = (np.float64, np.float32)
+T = TypeVar("T")
 
 
 def serial(neurons: int, layers: int, seed: int, batch: sp.csr_matrix, bias: float) -> dict:
@@ -62,13 +71,30 @@ def processes(neurons: int, layers: int, seed: int, batch: sp.csr_matrix, bias: 
                                     if d == dt]) for dt in DTYPES}
 
 
-def timed(fn: Callable[[], dict]) -> tuple[dict, float, float]:
+def timed(fn: Callable[[], T]) -> tuple[T, float, float]:
     """``fn()``, its wall seconds and the CPU seconds of this process and its children."""
     c0, t0 = os.times(), time.perf_counter()
     out = fn()
     wall, c1 = time.perf_counter() - t0, os.times()
     cpu = sum(getattr(c1, f) - getattr(c0, f) for f in ("user", "system", "children_user", "children_system"))
     return out, wall, cpu
+
+
+def command_line(args: argparse.Namespace) -> None:
+    """Time ``dasknn generate`` with and without ``--truth`` in a subprocess, as a user runs it."""
+    argv = [sys.executable, "-m", "dasknn", "generate", "--neurons", str(args.neurons), "--layers", str(args.layers),
+            "--images", str(args.images), "--seed", str(args.seed)]
+    print(f"# dasknn generate --neurons {args.neurons} --layers {args.layers} --images {args.images}; {date.today()}, "
+          f"{platform.node()}, {os.cpu_count()} cores")
+    print("| command | wall s | CPU s | load average before-after |")
+    print("|---|--:|--:|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for extra in ([], ["--truth"]):
+            load = os.getloadavg()[0]
+            out = f"{tmp}/g{len(extra)}.zarr"
+            _, wall, cpu = timed(lambda: subprocess.run([*argv, *extra, "--out", out], check=True, capture_output=True))
+            print(f"| generate {' '.join(extra) or '(no truth)'} | {wall:.1f} | {cpu:.1f} | "
+                  f"{load:.1f}-{os.getloadavg()[0]:.1f} |", flush=True)
 
 
 def main() -> None:
@@ -78,7 +104,11 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--cli", action="store_true", help="time dasknn generate itself, with and without --truth")
     args = ap.parse_args()
+    if args.cli:
+        command_line(args)
+        return
     batch = generate.images(args.images, args.neurons, args.seed)
     bias = generate.challenge_bias(args.neurons)
     variants = {"serial": serial, "threads": threads, "processes": processes}
