@@ -210,9 +210,9 @@ def write(
     """Generate a network (and images) into ``out``: a store if it ends in ``.zarr``, else the published layout.
 
     With ``truth``, the categories are computed by the reference (:func:`reference_categories`, float64 and
-    float32) and saved beside. ``progress`` is called with the number of each layer written. ``stage(name, total)``
-    is called as each stage begins (:data:`LAYERS_STAGE`, then with ``truth`` :data:`TRUTH_STAGE`), ``total`` its
-    steps (layers); it may return a callable to be called with the steps done, in place of ``progress``.
+    float32) and saved beside. ``stage(name, total)`` is called as each stage begins (:data:`LAYERS_STAGE`, then
+    with ``truth`` :data:`TRUTH_STAGE`), ``total`` its steps (layers), and may return what to call with the steps
+    done; ``progress`` is called with them where it returns nothing (each stage counts its layers from 1).
     """
     from . import io, store
 

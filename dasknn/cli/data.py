@@ -101,7 +101,8 @@ def add_data_parsers(sub) -> None:
     g.add_argument("--out", required=True, help="a .zarr store, or a directory for the published TSV layout")
     g.add_argument("--images", type=int, default=0, help="also make this many synthetic images (default 0)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    g.add_argument("--truth", action="store_true", help="also compute the images' categories with the reference")
+    g.add_argument("--truth", action="store_true", help="also compute the images' categories with the SciPy reference (float64 and float32), on every "
+                        "core: far slower than the network itself (see the README)")
     g.add_argument("--bias", type=float, help="layer bias (default: the challenge's for N)")
     g.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     g.add_argument("--json", action="store_true", help="print one JSON object")
