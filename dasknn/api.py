@@ -10,7 +10,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import scipy.sparse as sp
@@ -19,8 +19,35 @@ from .errors import DasknnError
 from .network import Network
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from .engine import InferenceResult
     from .engine.inputs import InputSource
+
+
+class InferOptions(TypedDict, total=False):
+    """The engine's tuning options :func:`infer` passes on as keywords, each as in :func:`dasknn.engine.infer`.
+
+    Kept out of :func:`infer`'s own parameters so that its signature reads in one line; an option not given takes
+    the engine's default.
+    """
+
+    partition: str | np.ndarray
+    group_size: int | None
+    chunks: int | None
+    segment: int | None
+    sync_every: int
+    backend: str
+    resident: bool | None
+    keep_layers: int
+    results: str | os.PathLike[str] | None
+    resume: bool
+    progress: Callable[[int, int], None] | None
+    messages: str
+    explain: bool
+    activations: bool
+    plan_store: str | os.PathLike[str] | None
+    overlap: bool
 
 
 def infer(
@@ -33,25 +60,13 @@ def infer(
     mode: str = "auto",
     batch: int | None = None,
     keep_activations: bool = False,
-    partition: str | np.ndarray = "hypergraph",
-    group_size: int | None = None,
-    chunks: int | None = None,
-    segment: int | None = None,
-    sync_every: int = 2,
-    backend: str = "cpu",
-    resident: bool | None = None,
-    keep_layers: int = 2,
-    results: str | os.PathLike[str] | None = None,
-    resume: bool = False,
-    progress: Callable[[int, int], None] | None = None,
-    messages: str = "compact",
-    explain: bool = False,
-    activations: bool = False,
-    plan_store: str | os.PathLike[str] | None = None,
-    overlap: bool = False,
     tmpdir: str | os.PathLike[str] | None = None,
+    **options: Unpack[InferOptions],
 ) -> InferenceResult:
     """Run a sparse network on a batch of images on a Dask cluster; return the categories (0-based).
+
+    ``dasknn.infer(network, images, client, truth=..., mode="model", partition="block")``: the first three
+    positional, everything else by keyword; the engine's tuning options (:class:`InferOptions`) are at the end.
 
     Parameters
     ----------
@@ -86,10 +101,13 @@ def infer(
         (images x neurons, chunked like the batch's rows, each chunk dense NumPy rows, dead images all zero),
         persisted on the workers, so it composes with ``dask.array`` code and ``to_zarr``. Needs ``client``
         (a cluster started for the call would take them with it).
-    partition, group_size, chunks, segment, sync_every, backend, resident, keep_layers, results, resume, progress, messages, explain, activations, plan_store, overlap
-        As in :func:`dasknn.engine.infer` (``chunks`` is fixed by a dask.array's row chunks).
     tmpdir
         Where temporary stores are written (the system's temporary folder by default).
+    **options
+        The engine's tuning options, by keyword, as in :func:`dasknn.engine.infer` (:class:`InferOptions`):
+        ``partition``, ``group_size``, ``chunks`` (fixed by a dask.array's row chunks), ``segment``,
+        ``sync_every``, ``backend``, ``resident``, ``keep_layers``, ``results``, ``resume``, ``progress``,
+        ``messages``, ``explain``, ``activations``, ``plan_store``, ``overlap``.
 
     Returns
     -------
@@ -106,20 +124,21 @@ def infer(
     from .engine import infer as run
     from .runtime.recovery import ensure_client
 
+    unknown = sorted(set(options) - InferOptions.__optional_keys__)
+    if unknown:  # as Python says it for a named parameter
+        raise TypeError(f"infer() got an unexpected keyword argument {unknown[0]!r}")
     if keep_activations and client is None:
         raise DasknnError("keep_activations needs a client: the activations stay on its workers")
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dasknn-", dir=tmpdir)))
         path = _network_store(network, tmp)
+        stored = _stored_inputs(images, path, tmp)
+        expected = _truth(truth, stored, images, path, dtype)  # before a cluster: a wrong truth costs no run
         client = stack.enter_context(ensure_client(client))
-        inputs, stored = _inputs(images, path, client, tmp, batch)
-        count = None if not isinstance(inputs, str) else batch
-        result = run(path, inputs, client, mode=mode, partition=partition, group_size=group_size, images=count,
-                     chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
-                     resident=resident, keep_layers=keep_layers, results=results, resume=resume, progress=progress,
-                     messages=messages, explain=explain, activations=activations, plan_store=plan_store,
-                     keep_activations=keep_activations, overlap=overlap)
-        expected = _truth(truth, stored, dtype)
+        inputs = stored if stored is not None else _in_memory_source(images, client, batch)
+        count = None if stored is None else batch
+        result = run(path, inputs, client, mode=mode, images=count, dtype=dtype, keep_activations=keep_activations,
+                     **options)
     if expected is not None:
         expected = expected[expected < result.images]
         result.mismatched = int(np.setxor1d(result.categories, expected).size)
@@ -139,22 +158,27 @@ def _network_store(network: str | os.PathLike[str] | Network, tmp: Path) -> str:
     return str(import_network(network, tmp / "network.zarr"))
 
 
-def _inputs(images: Any, network: str, client: Any, tmp: Path, batch: int | None) -> tuple[str | InputSource, str | None]:
-    # the engine's inputs (a store path, or a source of arrays on the workers), and the store whose stored truth
-    # applies (None for arrays)
+def _stored_inputs(images: Any, network: str, tmp: Path) -> str | None:
+    # the inputs as a store the workers read (a TSV file written into the call's temporary folder), or None for a
+    # batch in memory
     from . import io
     from .store import is_store, location, open_store, write_inputs_store
 
     if images is None:
-        return network, network
-    if isinstance(images, (str, os.PathLike)):
-        if is_store(images):
-            return str(location(images)), str(location(images))
-        rows = io.read_images(images, neurons=open_store(network, check="metadata").neurons)
-        return str(write_inputs_store(tmp / "inputs.zarr", rows, source=os.fspath(images))), None
+        return network
+    if not isinstance(images, (str, os.PathLike)):
+        return None
+    if is_store(images):
+        return str(location(images))
+    rows = io.read_images(images, neurons=open_store(network, check="metadata").neurons)
+    return str(write_inputs_store(tmp / "inputs.zarr", rows, source=os.fspath(images)))
+
+
+def _in_memory_source(images: Any, client: Any, batch: int | None) -> InputSource:
+    # a batch in memory as the engine's inputs: a dask.array's chunks, or an array scattered to the workers
     if hasattr(images, "__dask_graph__"):
-        return _dask_source(images, client, batch), None
-    return _scattered_source(images, client), None
+        return _dask_source(images, client, batch)
+    return _scattered_source(images, client)
 
 
 def _scattered_source(images: Any, client: Any) -> InputSource:
@@ -193,13 +217,22 @@ def _dask_source(images: Any, client: Any, batch: int | None) -> InputSource:
                        label=f"dask.array {arr.shape[0]} x {arr.shape[1]}")
 
 
-def _truth(truth: Any, stored: str | None, dtype: str) -> np.ndarray | None:
-    # the expected categories as sorted 0-based indices: given (array 0-based, file 1-based) or stored
+def _truth(truth: Any, stored: str | None, images: Any, network: str, dtype: str) -> np.ndarray | None:
+    # the expected categories as sorted 0-based indices: given (array 0-based, file 1-based), checked against the
+    # network and the batch, or stored with the inputs
     from . import io
-    from .store import open_inputs
+    from .store import open_inputs, open_store
 
+    inputs = None if stored is None else open_inputs(stored)
     if truth is None:
-        return None if stored is None else open_inputs(stored).truth(dtype)
-    if isinstance(truth, (str, os.PathLike)):
-        return io.read_categories(truth)
-    return np.unique(np.asarray(truth, dtype=np.int64))
+        return None if inputs is None else inputs.truth(dtype)
+    shape = open_store(network, check="metadata")
+    rows = inputs.images if inputs is not None else _rows(images)
+    return io.checked_truth(truth, rows, shape.neurons, shape.depth)
+
+
+def _rows(images: Any) -> int | None:
+    # the images of a batch in memory; None where not known (a dask.array of unknown chunks, something not 2-D)
+    shape = getattr(images, "shape", None)
+    shape = np.shape(images) if shape is None else shape
+    return int(shape[0]) if len(shape) == 2 and not np.isnan(shape[0]) else None

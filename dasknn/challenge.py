@@ -95,6 +95,7 @@ def run_case(case: Case, client, workdir: str | os.PathLike[str], *, dtype: str 
     """
     from . import engine, io
     from .ingest import import_network
+    from .store import open_inputs
 
     row: dict = {"neurons": case.neurons, "layers": case.layers, "edges": None, "time": None, "rate": None,
                  "correct": False, "images": None, "mismatched": None, "dtype": dtype, "mode": None,
@@ -102,8 +103,9 @@ def run_case(case: Case, client, workdir: str | os.PathLike[str], *, dtype: str 
     try:
         store = import_network(case.network, Path(workdir) / f"n{case.neurons}-l{case.layers}.zarr",
                                inputs=case.images, layers=case.layers, overwrite=True)
+        # before the run: a truth that cannot be this batch's is a row with a note, not a run's worth of mismatches
+        truth = io.checked_truth(case.truth, open_inputs(store).images, case.neurons, case.layers)
         result = engine.infer(store, store, client, mode=mode, images=batch, chunks=chunks, dtype=dtype)
-        truth = io.read_categories(case.truth)
         truth = truth[truth < result.images]  # 0-based: only the images run
         mismatched = int(np.setxor1d(result.categories, truth).size)
     except DasknnError as e:

@@ -128,6 +128,73 @@ def images(count: int, neurons: int, seed: int = 0, strokes: int = 2, width: int
     return m
 
 
+#: The stages of :func:`write`, as :func:`write` names them to its ``stage`` callback.
+LAYERS_STAGE = "generating layers"
+TRUTH_STAGE = "computing the truth (float64 reference)"
+
+
+def reference_categories(
+    neurons: int,
+    layers: int,
+    seed: int,
+    batch: sp.csr_matrix,
+    bias: float,
+    dtypes: tuple[type, ...] = (np.float64, np.float32),
+    threads: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> dict[type, np.ndarray]:
+    """The categories of ``batch`` through the generated network, by the reference, in each of ``dtypes``.
+
+    Every layer is :func:`dasknn.reference.layer_step` on row chunks of the batch, the chunks (of every dtype) on a
+    pool of threads (SciPy's sparse products release the GIL). A row of a product depends only on that row, so the
+    chunks give the values the whole batch would, bit for bit. The layers are generated again, one at a time, as
+    :func:`iter_layers` made them for the store: only one is in memory.
+
+    Parameters
+    ----------
+    neurons, layers, seed
+        The generated network (:func:`iter_layers`).
+    batch
+        The images, one row each.
+    bias
+        The layers' bias (the clamp is the challenge's).
+    dtypes
+        The arithmetic of each truth: float64 (exact against the published truth) and float32.
+    threads
+        Threads of the pool: the cores this process may use by default.
+    progress
+        Called with the number of each layer done.
+
+    Returns
+    -------
+    dict
+        0-based image indices by dtype.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from . import reference
+
+    if threads is None:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    # a chunk per thread and dtype: every thread busy on every layer, the layer's sync costing little
+    edges = np.linspace(0, batch.shape[0], min(threads, batch.shape[0]) + 1).astype(int)
+    chunks = {(dt, c): sp.csr_matrix(batch[a:b], dtype=dt)
+              for dt in dtypes for c, (a, b) in enumerate(zip(edges[:-1], edges[1:]))}
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dasknn-truth")
+    try:
+        for k, w in enumerate(iter_layers(neurons, layers, seed), start=1):
+            weights = {dt: w.astype(dt).tocsr() for dt in dtypes}  # converted once per layer, read by every chunk
+            steps = {key: pool.submit(reference.layer_step, y, weights[key[0]], bias, CHALLENGE_YMAX)
+                     for key, y in chunks.items()}
+            chunks = {key: step.result() for key, step in steps.items()}
+            if progress is not None:
+                progress(k)
+    finally:
+        pool.shutdown(cancel_futures=True)  # interrupted (Ctrl-C, SIGTERM): no queued step starts
+    return {dt: reference.categories(sp.vstack([y for (d, _), y in chunks.items() if d == dt], format="csr"))
+            for dt in dtypes}
+
+
 def write(
     out: str | os.PathLike[str],
     neurons: int,
@@ -138,13 +205,16 @@ def write(
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
     bias: float | None = None,
+    stage: Callable[[str, int], Callable[[int], None] | None] | None = None,
 ) -> Path:
     """Generate a network (and images) into ``out``: a store if it ends in ``.zarr``, else the published layout.
 
-    With ``truth``, the categories are computed by the float64 reference, layer by layer, and saved beside.
-    ``progress`` is called with the number of each layer written.
+    With ``truth``, the categories are computed by the reference (:func:`reference_categories`, float64 and
+    float32) and saved beside. ``stage(name, total)`` is called as each stage begins (:data:`LAYERS_STAGE`, then
+    with ``truth`` :data:`TRUTH_STAGE`), ``total`` its steps (layers), and may return what to call with the steps
+    done; ``progress`` is called with them where it returns nothing (each stage counts its layers from 1).
     """
-    from . import io, reference, store
+    from . import io, store
 
     out = Path(out)
     bias = challenge_bias(neurons) if bias is None else float(bias)
@@ -152,24 +222,30 @@ def write(
         raise DasknnError(f"--layers must be at least 1 (got {layers})")
     _bits(neurons)
     im = images(images_count, neurons, seed) if images_count else None
-    # the truth in both precisions: images on a threshold may flip between them
-    ys = {} if (im is None or not truth) else {dt: sp.csr_matrix(im, dtype=dt) for dt in (np.float64, np.float32)}
     source = f"dasknn generate --neurons {neurons} --layers {layers} --seed {seed}"
 
+    def begin(name: str) -> Callable[[int], None] | None:
+        return (stage(name, layers) if stage is not None else None) or progress
+
+    def categories() -> dict[type, np.ndarray]:
+        if im is None or not truth:
+            return {}
+        # in both precisions: images on a threshold may flip between them
+        return reference_categories(neurons, layers, seed, im, bias, progress=begin(TRUTH_STAGE))
+
     def stream() -> Iterator[sp.csc_matrix]:
+        done = begin(LAYERS_STAGE)
         for k, w in enumerate(iter_layers(neurons, layers, seed), start=1):
-            for dt, y in ys.items():
-                ys[dt] = reference.layer_step(y, w.astype(dt), bias, CHALLENGE_YMAX)
             yield w
-            if progress is not None:
-                progress(k)
+            if done is not None:
+                done(k)
 
     if out.suffix == ".zarr":
         with store.StoreWriter(out, neurons, layers, bias, source=source, overwrite=overwrite) as w:
             for k, layer in enumerate(stream(), start=1):
                 w.write_layer(k, layer)
             if im is not None:
-                cats = {dt: reference.categories(y) for dt, y in ys.items()}
+                cats = categories()
                 w.write_inputs(im, cats.get(np.float64), cats.get(np.float32))
         return out
     if out.exists() and not out.is_dir():
@@ -177,8 +253,9 @@ def write(
     io.write_network(stream(), out, neurons)
     if im is not None:
         io.write_images(out / f"sparse-images-{neurons}.tsv", im)
-        if ys:
-            io.write_categories(out / f"neuron{neurons}-l{layers}-categories.tsv", reference.categories(ys[np.float64]))
+        cats = categories()
+        if cats:
+            io.write_categories(out / f"neuron{neurons}-l{layers}-categories.tsv", cats[np.float64])
     return out
 
 
@@ -194,11 +271,17 @@ DEFAULT = {"neurons": 1024, "layers": 120, "images_count": 20000, "seed": 0}
 DEFAULT_VERSION = 2
 
 
-def default_store(progress: Callable[[int], None] | None = None) -> Path:
-    """The embedded default: a generated 1024 x 120 network with 20,000 images and their truth, made once."""
+def default_store(
+    progress: Callable[[int], None] | None = None,
+    stage: Callable[[str, int], Callable[[int], None] | None] | None = None,
+) -> Path:
+    """The embedded default: a generated 1024 x 120 network with 20,000 images and their truth, made once.
+
+    ``progress`` and ``stage`` are :func:`write`'s.
+    """
     d = DEFAULT
     # the version names how the truth was computed: a cache from an older dasknn is not reused
     path = cache_dir() / f"default-v{DEFAULT_VERSION}-n{d['neurons']}-l{d['layers']}-i{d['images_count']}-s{d['seed']}.zarr"
     if not (path / "zarr.json").is_file():
-        write(path, truth=True, overwrite=True, progress=progress, **d)
+        write(path, truth=True, overwrite=True, progress=progress, stage=stage, **d)
     return path

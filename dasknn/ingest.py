@@ -51,10 +51,10 @@ def import_network(
     from .network import challenge_bias
 
     neurons, depth, layer_iter = io.iter_network_layers(network, layers)
-    images = io.read_images(inputs, neurons=neurons) if inputs else None
-    cats = io.read_categories(truth, images.shape[0] if images is not None else None) if truth else None
-    if cats is not None and images is None:
+    if truth and not inputs:
         raise DasknnError("--truth needs --inputs")
+    images = io.read_images(inputs, neurons=neurons) if inputs else None
+    cats = io.checked_truth(truth, images.shape[0], neurons, depth) if truth and images is not None else None
     b = challenge_bias(neurons) if bias is None else bias
     with store.StoreWriter(out, neurons, depth, b, ymax, source=os.fspath(network), overwrite=overwrite) as w:
         for k, layer in enumerate(layer_iter, start=1):

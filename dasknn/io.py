@@ -29,6 +29,7 @@ import scipy.sparse as sp
 
 from .errors import DasknnError
 from .network import Network, as_csc_layer, challenge_bias
+from .partials import new_partial
 
 LAYER_NAME = re.compile(r"(?:^|/)n(\d+)-l(\d+)\.tsv$")
 IMAGES_NAME = re.compile(r"sparse-images-(\d+)\.tsv(?:\.gz)?$")
@@ -43,8 +44,15 @@ _MESSAGES = {
     _NOT_NUMBER: "column {col} is not a number",
     _NOT_FINITE: "column {col} is not finite (NaN or inf)",
     _ZERO_INDEX: "column {col} is 0, but indices are 1-based",
-    _BIG_INDEX: "column {col} is out of range (at most {limit})",
+    _BIG_INDEX: "column {col} is {value}, out of range (at most {limit})",
 }
+
+# What an index beyond its limit means, column by column, in each file the challenge publishes.
+_LAYER_BEYOND = ("input neuron {value} (column 1) is beyond the layer's {limit} neurons",
+                 "output neuron {value} (column 2) is beyond the layer's {limit} neurons")
+_IMAGE_BEYOND = "image {value} is beyond the batch's {limit} images"
+_PIXEL_BEYOND = "pixel {value} is beyond the network's {limit} neurons"
+_PIXEL_BEYOND_NAME = "pixel {value} is beyond the {limit} neurons the file's name gives"
 
 _MAX_EXACT_POW10 = 22  # 10**22 is the largest power of ten a float64 holds exactly
 
@@ -60,7 +68,8 @@ _SLOW = len(_MESSAGES) + 1
 
 @numba.njit(cache=True, nogil=True)
 def _parse_index(buf, start, stop, limit):  # pragma: no cover - compiled
-    """The 1-based index written in ``buf[start:stop]``: ``(value, _OK)``, or ``(0, error code)``."""
+    """The 1-based index written in ``buf[start:stop]``: ``(value, _OK)``, ``(value, _BIG_INDEX)`` beyond
+    ``limit``, or ``(0, error code)``."""
     if stop - start > 18:
         return 0, _NOT_INT
     v = 0
@@ -72,7 +81,7 @@ def _parse_index(buf, start, stop, limit):  # pragma: no cover - compiled
     if v == 0:
         return 0, _ZERO_INDEX
     if limit > 0 and v > limit:
-        return 0, _BIG_INDEX
+        return v, _BIG_INDEX  # the value too: the message says what it was
     return v, _OK
 
 
@@ -152,7 +161,8 @@ def _parse_float(buf, start, stop, powers):  # pragma: no cover - compiled
 def _parse_table(buf, ncols, limits, ints, values, slow_at):  # pragma: no cover - compiled
     """Parse whitespace-separated rows of ``ncols`` fields; the last field is a float when ``values`` is given.
 
-    Integer fields go to ``ints[:, c]`` and must lie in ``1 .. limits[c]`` (no limit where ``limits[c] <= 0``).
+    Integer fields go to ``ints[:, c]`` and must lie in ``1 .. limits[c]`` (no limit where ``limits[c] <= 0``); an
+    index beyond its limit is left in ``ints[rows, c]`` for the message.
     A float that the exact fast path cannot convert is left to Python: its byte offsets go to ``slow_at``.
     Returns (rows, slow count, error code, error line, error column); blank lines are skipped.
     """
@@ -189,6 +199,7 @@ def _parse_table(buf, ncols, limits, ints, values, slow_at):  # pragma: no cover
             if col < nint:
                 v, code = _parse_index(buf, start, i, limits[col])
                 if code != _OK:
+                    ints[row, col] = v  # what an index beyond its limit was, for the message
                     return row, nslow, code, line, col + 1
                 ints[row, col] = v
             else:
@@ -226,6 +237,7 @@ def parse_table(
     int_columns: int,
     with_values: bool,
     limits: tuple[int, ...] | None = None,
+    beyond: tuple[str, ...] | None = None,
 ) -> Table:
     """Parse a tab-separated table of positive integers, optionally followed by one float column.
 
@@ -241,6 +253,9 @@ def parse_table(
         Whether each line ends with a float column.
     limits
         Largest allowed value of each integer column (``0`` for none).
+    beyond
+        What an index beyond its limit means, per integer column: a template of ``{value}`` and ``{limit}``
+        (e.g. ``"pixel {value} is beyond the network's {limit} neurons"``); by default the column's number.
 
     Raises
     ------
@@ -257,7 +272,9 @@ def parse_table(
     rows, nslow, code, line, col = _parse_table(buf, ncols, lim, ints, values, slow_at)
     if code != _OK:
         limit = int(lim[col - 1]) if 0 < col <= lim.size else 0
-        raise DasknnError(_MESSAGES[code].format(ncols=ncols, col=col, limit=limit), source, line)
+        value = int(ints[rows, col - 1]) if code == _BIG_INDEX else 0
+        template = beyond[col - 1] if code == _BIG_INDEX and beyond is not None else _MESSAGES[code]
+        raise DasknnError(template.format(ncols=ncols, col=col, limit=limit, value=value), source, line)
     for r, a, b in slow_at[:nslow]:
         # the fast pass checked the grammar, so float() cannot fail; it can overflow to inf (1e999)
         values[r] = float(bytes(buf[a:b]).decode("ascii"))
@@ -326,7 +343,7 @@ def read_layer(
         source = source or os.fspath(data)
         data = read_bytes(data)
     source = source or "<layer>"
-    table = parse_table(data, source, 2, True, (neurons, neurons))
+    table = parse_table(data, source, 2, True, (neurons, neurons), _LAYER_BEYOND)
     return _coo_to_csc(table, (neurons, neurons), source, dtype)
 
 
@@ -474,12 +491,15 @@ def read_images(path: str | os.PathLike[str], neurons: int | None = None, images
     ``neurons`` defaults to the ``N`` in the file name; ``images`` to the largest image index.
     """
     name = Path(path).name
+    pixel_beyond = _PIXEL_BEYOND
     if neurons is None:
         m = IMAGES_NAME.search(name)
         if m is None:
             raise DasknnError("cannot tell the number of neurons from the name; expected sparse-images-{N}.tsv", path)
         neurons = int(m.group(1))
-    table = parse_table(read_bytes(path), os.fspath(path), 2, True, (images or 0, neurons))
+        pixel_beyond = _PIXEL_BEYOND_NAME
+    table = parse_table(read_bytes(path), os.fspath(path), 2, True, (images or 0, neurons),
+                        (_IMAGE_BEYOND, pixel_beyond))
     rows = table.ints[:, 0] - 1
     cols = table.ints[:, 1] - 1
     count = int(rows.max()) + 1 if images is None else images
@@ -495,12 +515,53 @@ def read_categories(path: str | os.PathLike[str], images: int | None = None) -> 
     data = read_bytes(path)
     if not data.strip():
         return np.empty(0, dtype=np.int64)  # a network may legitimately leave no image alive
-    table = parse_table(data, os.fspath(path), 1, False, (images or 0,))
+    table = parse_table(data, os.fspath(path), 1, False, (images or 0,), (_IMAGE_BEYOND,))
     idx = table.ints[:, 0] - 1
     out = np.unique(idx)
     if out.size != idx.size:
         raise DasknnError("an image index is listed twice", path)
     return out
+
+
+def checked_truth(
+    truth: np.ndarray | str | os.PathLike[str], images: int | None, neurons: int, layers: int
+) -> np.ndarray:
+    """The expected categories of a batch, refused in one line where they cannot be its network's and batch's.
+
+    Called before any inference runs, so a truth for another network costs nothing (it used to cost a whole run
+    and end as thousands of images that differ).
+
+    Parameters
+    ----------
+    truth
+        A ``neuron{N}-l{L}-categories.tsv`` file (1-based image indices), or an array of 0-based indices.
+    images
+        The number of images of the batch as stored or given (before ``--batch`` takes the first ones); ``None``
+        where it is not known.
+    neurons, layers
+        The network's width and depth, which a file's name must not contradict.
+
+    Returns
+    -------
+    numpy.ndarray
+        Sorted 0-based image indices.
+
+    Raises
+    ------
+    DasknnError
+        A file named for another width or depth, or an index beyond the batch's images.
+    """
+    if not isinstance(truth, (str, os.PathLike)):
+        indices = np.unique(np.asarray(truth, dtype=np.int64))
+        if indices.size and images is not None and (indices[0] < 0 or indices[-1] >= images):
+            bad = indices[0] if indices[0] < 0 else indices[-1]
+            raise DasknnError(f"truth: image index {bad} (0-based) is not one of the batch's {images} images")
+        return indices
+    named = CATEGORIES_NAME.search(Path(truth).name)
+    if named is not None and (int(named.group(1)), int(named.group(2))) != (neurons, layers):
+        raise DasknnError(f"its name says {named.group(1)} neurons x {named.group(2)} layers, but the network has "
+                          f"{neurons} neurons x {layers} layers: a truth for another network", truth)
+    return read_categories(truth, images)
 
 
 # --- writers -------------------------------------------------------------------------------------------------
@@ -517,7 +578,7 @@ def _format_values(values: np.ndarray) -> list[str]:
 
 
 def _write_lines(path: Path, lines: Iterable[str]) -> None:
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    tmp = new_partial(path)
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
         with opener(tmp, "wt", newline="\n") as f:

@@ -39,6 +39,26 @@ def test_signature_and_docstring():
     assert "0-based" in doc and "1-based" in doc and "dask.array" in doc
 
 
+def test_help_shows_a_short_signature_and_every_engine_option_is_taken():
+    from dasknn import engine
+    from dasknn.api import InferOptions
+
+    signature = inspect.signature(dasknn.infer)
+    assert len(str(signature)) < 400  # it was 859 characters, every tuning option in it
+    summary, blank, usage = dasknn.infer.__doc__.splitlines()[:3]
+    assert blank == "" and usage.strip().startswith("``dasknn.infer(network, images, client")
+    # the tuning options are exactly the engine's keywords dasknn.infer does not set itself
+    own = {"network", "inputs", "client", "images", "mode", "dtype", "keep_activations"}
+    assert InferOptions.__optional_keys__ == set(inspect.signature(engine.infer).parameters) - own
+    for name in InferOptions.__optional_keys__:
+        assert f"``{name}``" in dasknn.infer.__doc__
+
+
+def test_a_misspelt_option_is_refused_as_python_refuses_a_keyword():
+    with pytest.raises(TypeError, match="unexpected keyword argument 'partiton'"):
+        dasknn.infer("nowhere.zarr", partiton="block")
+
+
 def _images(kind: str, slice_paths, slice_store, slice_images):
     import dask.array as da
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -12,6 +13,11 @@ import pytest
 
 from dasknn import io
 from dasknn.cli import main
+
+
+#: What the README says ``infer --json`` prints, in its order.
+README_FIELDS = ["images", "neurons", "layers", "edges", "categories", "matches_truth", "mismatched", "seconds",
+                 "edges_per_second", "workers"]
 
 
 def run(argv, capsys):
@@ -53,6 +59,11 @@ def test_infer_model_mode_out_of_core(slice_store, capsys, tmp_path):
     report = json.loads(out)
     assert report["matches_truth"] is True and report["streamed"] is True and report["mode"] == "model"
     assert report["plan_seconds"] > 0 and (tmp_path / "plan" / "counts").is_dir()
+    # the README's fields first, the long per-layer arrays last, under one key
+    assert list(report)[:len(README_FIELDS)] == README_FIELDS
+    assert list(report)[-1] == "per_layer" and not [k for k in report if k.endswith("_per_layer")]
+    assert {k: len(v) for k, v in report["per_layer"].items()} == {"dense_message_bytes": report["layers"],
+                                                                   "exchange_bytes": report["layers"]}
     # reused: the second run makes no plan and reads the same share
     code, out, err = run(argv, capsys)
     again = json.loads(out)
@@ -189,6 +200,40 @@ def test_info(slice_store, capsys):
     code, out, _ = run(["info", str(slice_store), "--json", "--check"], capsys)
     report = json.loads(out)
     assert code == 0 and report["layers"] == 12 and report["images"] == 1000 and report["truth"] == 249
+    # the keys scripts read stay as they were
+    assert {"store", "neurons", "layers", "edges", "bias", "ymax", "dtype", "source", "images", "truth",
+            "bytes_on_disk"} <= set(report)
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_json_is_indented_on_a_terminal_and_one_line_in_a_pipe(slice_store, capsys, monkeypatch, terminal):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: terminal)
+    code, out, _ = run(["info", str(slice_store), "--json"], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["layers"] == 12
+    if terminal:
+        assert out.count("\n") == len(report) + 2 and '\n  "neurons": 1024,\n' in out
+    else:
+        assert out.count("\n") == 1
+
+
+def test_train_and_infer_text_count_workers_in_words():
+    from dasknn.cli.common import plural
+    from dasknn.cli.train import where_trained
+
+    assert [plural(n, "worker") for n in (1, 2, 0)] == ["1 worker", "2 workers", "0 workers"]
+    assert where_trained("single", 1) == "single process"
+    assert where_trained("model", 1) == "model mode, 1 worker"
+    assert where_trained("hybrid", 4) == "hybrid mode, 4 workers"
+
+
+def test_info_text_tells_storage_from_arithmetic_and_labels_the_truth(slice_store, slice_truth, capsys):
+    code, out, _ = run(["info", str(slice_store)], capsys)
+    stored = json.loads(run(["info", str(slice_store), "--json"], capsys)[1])["dtype"]
+    lines = {k.strip(): v for k, _, v in (line.partition(": ") for line in out.splitlines())}
+    assert code == 0
+    assert lines["dtype"] == f"stored as {stored} (arithmetic float64 by default; --dtype float32 is faster)"
+    assert lines["truth"] == f"{slice_truth.size} categories (images with a nonzero last row)"
 
 
 def test_import_does_not_load_cupy_or_the_cluster():
@@ -261,3 +306,135 @@ def test_partition_command_runs_on_the_cluster(slice_store, capsys, tmp_path):
     # the workers read a store: a network given as files is refused in one line
     code, _, err = run(["partition", str(tmp_path / "none"), "--parts", "2", "--workers", "2"], capsys)
     assert code != 0
+
+
+@pytest.fixture
+def no_cluster(monkeypatch):
+    """Any local cluster or client started fails the test: what is refused must be refused before one starts."""
+    import distributed
+
+    def started(*args, **kwargs):
+        raise AssertionError("a Dask cluster or client was started")
+
+    monkeypatch.setattr(distributed, "LocalCluster", started)
+    monkeypatch.setattr(distributed, "Client", started)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--network", "nowhere.zarr"], "nowhere.zarr: no such file or directory"),
+    (["--network", "nowhere.tar.gz"], "nowhere.tar.gz: no such file or directory"),
+    (["--inputs", "nowhere.tsv"], "nowhere.tsv: no such file"),
+    (["--truth", "nowhere.tsv"], "nowhere.tsv: no such file"),
+    (["--batch", "-1"], "--batch must be between 1 and 1000 (the stored images), not -1"),
+    (["--chunks", "0"], "--chunks must be at least 1, not 0"),
+    (["--sync-every", "0"], "--sync-every must be at least 1, not 0"),
+    (["--keep-layers", "0"], "--keep-layers must be at least 1, not 0"),
+    (["--segment", "-2"], "--segment must be at least 1, not -2"),
+    (["--activations"], "--activations needs --results"),
+])
+def test_infer_refuses_bad_arguments_before_a_cluster_starts(extra, message, slice_store, no_cluster, capsys,
+                                                               tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["infer", *(["--network", str(slice_store)] if "--network" not in extra else []), *extra, "--workers", "1"]
+    t0 = time.perf_counter()
+    code, out, err = run(argv, capsys)
+    assert time.perf_counter() - t0 < 2.0
+    assert code == 2 and err.startswith("dasknn: error: ") and err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--network", "nowhere.zarr", "--report", "r.html"], "nowhere.zarr: no such store"),
+    (["train", "--network", "nowhere.zarr", "--scheduler", "tcp://127.0.0.1:9"], "nowhere.zarr: no such store"),
+    (["train", "--network", "STORE", "--batch", "-1", "--scheduler", "tcp://127.0.0.1:9"], "--batch"),
+    (["partition", "nowhere.zarr", "--parts", "2", "--workers", "2"], "nowhere.zarr: no such file or directory"),
+    (["partition", "STORE", "--parts", "0", "--workers", "2"], "the number of parts must be at least 1"),
+    (["partition", "STORE", "--parts", "2", "--epsilon", "-1", "--workers", "2"], "epsilon must be"),
+])
+def test_train_and_partition_refuse_before_a_cluster_starts(argv, message, slice_store, no_cluster, capsys,
+                                                             tmp_path, monkeypatch):
+    pytest.importorskip("bokeh", reason="bokeh is not installed: --report needs it")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run([str(slice_store) if a == "STORE" else a for a in argv], capsys)
+    assert code == 2 and err.startswith("dasknn: error: ") and err.count("\n") == 1 and message in err, err
+
+
+def test_a_truth_for_another_network_is_refused_before_any_run(slice_store, slice_truth, no_cluster, capsys,
+                                                              tmp_path):
+    # the 16384 x 120 truth given with a 1024 x 12 network: its name says so
+    other = tmp_path / "neuron16384-l120-categories.tsv"
+    io.write_categories(other, slice_truth)
+    code, _, err = run(["infer", "--network", str(slice_store), "--truth", str(other)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err == (f"dasknn: error: {other}: its name says 16384 neurons x 120 layers, but the network has "
+                   f"1024 neurons x 12 layers: a truth for another network\n")
+    # a truth whose indices go beyond the stored images, whatever its name: not this batch's
+    beyond = tmp_path / "truth.tsv"
+    io.write_categories(beyond, np.append(slice_truth, 14593))
+    code, _, err = run(["infer", "--network", str(slice_store), "--truth", str(beyond)], capsys)
+    line = slice_truth.size + 1
+    assert code == 2 and err == f"dasknn: error: {beyond}:{line}: image 14594 is beyond the batch's 1000 images\n"
+
+
+def test_the_python_entry_checks_the_truth_before_a_cluster(slice_store, slice_truth, no_cluster, tmp_path):
+    import dasknn
+    from dasknn.errors import DasknnError
+
+    other = tmp_path / "neuron1024-l120-categories.tsv"
+    io.write_categories(other, slice_truth)
+    with pytest.raises(DasknnError, match="1024 neurons x 120 layers, but the network has 1024 neurons x 12"):
+        dasknn.infer(slice_store, truth=other)
+    with pytest.raises(DasknnError, match="image index 1000 .* not one of the batch's 1000 images"):
+        dasknn.infer(slice_store, truth=np.append(slice_truth, 1000))
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    return int(done.stdout)
+
+
+def test_sigterm_mid_write_is_an_interrupt_and_leaves_nothing(tmp_path):
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "dasknn", "generate", "--neurons", "16384", "--layers", "1000",
+                             "--out", "X.zarr"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while not [p for p in tmp_path.iterdir() if ".partial-" in p.name] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    [partial] = [p.name for p in tmp_path.iterdir()]
+    assert partial.startswith(f".X.zarr.partial-{proc.pid}-")  # the writer's pid is in the name
+    time.sleep(0.3)  # layers are being written
+    proc.send_signal(signal.SIGTERM)  # as timeout(1) or a batch scheduler sends it
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and out == ""
+    # the stage it was in, then one line for the interruption; no traceback
+    assert err == "dasknn: generating layers ...\ndasknn: interrupted; nothing partial was kept\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_handler_is_restored_after_a_command(slice_store, capsys):
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert run(["info", str(slice_store)], capsys)[0] == 0
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("out", ["X.zarr", "tsv"])
+def test_a_partial_left_by_a_dead_writer_is_removed_by_the_next_write(out, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # what a SIGKILLed writer leaves: a hidden partial named by its (now dead) pid; and one of a live writer (us)
+    target = tmp_path / (out if out.endswith(".zarr") else "tsv/neuron64/n64-l1.tsv")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stale = target.with_name(f".{target.name}.partial-{_dead_pid()}-0123abcd")
+    live = target.with_name(f".{target.name}.partial-{os.getpid()}-89abcdef")
+    for partial in (stale, live):
+        partial.mkdir() if out.endswith(".zarr") else partial.write_text("1\t1\t0.5\n")
+    code, _, err = run(["generate", "--neurons", "64", "--layers", "2", "--bias", "-0.3", "--out", out], capsys)
+    assert code == 0, err
+    assert not stale.exists() and live.exists() and target.exists()

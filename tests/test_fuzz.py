@@ -137,6 +137,22 @@ def test_layer_reader(data):
     np.testing.assert_array_equal(w.toarray(), dense)
 
 
+@FEW
+@given(entries=st.lists(st.tuples(st.integers(1, 6), st.integers(1, 6)), min_size=1, max_size=8, unique=True),
+       data=st.data(), big=st.integers(7, 10**17), column=st.integers(0, 1))
+def test_an_index_beyond_the_layer_names_the_neuron_and_the_width(entries, data, big, column):
+    # one index of an otherwise valid layer beyond its 6 neurons: the message says which neuron, and the width
+    bad = data.draw(st.integers(0, len(entries) - 1))
+    fields = [list(e) for e in entries]
+    fields[bad][column] = big
+    text = "".join(f"{r}\t{c}\t0.5\n" for r, c in fields).encode()
+    with pytest.raises(DasknnError) as e:
+        io.read_layer(text, 6, source="n6-l1.tsv")
+    side = ("input", "output")[column]
+    assert str(e.value) == (f"n6-l1.tsv:{bad + 1}: {side} neuron {big} (column {column + 1}) "
+                            f"is beyond the layer's 6 neurons")
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("fuzz")

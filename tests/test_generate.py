@@ -73,3 +73,45 @@ def test_generate_store_and_tsv_agree(tmp_path, capsys):
     np.testing.assert_array_equal(s.inputs.truth(), io.read_categories(tmp_path / "tsv" / "neuron1024-l4-categories.tsv"))
     expected = reference.infer_categories(net.layers, s.inputs.rows(), s.bias, s.ymax, np.float64)
     np.testing.assert_array_equal(s.inputs.truth(), expected)
+
+
+@pytest.mark.parametrize("neurons, layers, count, seed", [(1024, 30, 300, 0), (4096, 8, 51, 3)])
+def test_the_truth_in_chunks_on_threads_is_the_whole_batch_loop(neurons, layers, count, seed):
+    # the truth as generate computed it before (the whole batch through each layer, one thread), in both dtypes
+    batch = generate.images(count, neurons, seed)
+    bias = generate.challenge_bias(neurons)
+    expected = {dt: reference.infer_categories(generate.iter_layers(neurons, layers, seed), batch, bias, 32.0, dt)
+                for dt in (np.float64, np.float32)}
+    for threads in (1, 2, 3):
+        done: list[int] = []
+        got = generate.reference_categories(neurons, layers, seed, batch, bias, threads=threads, progress=done.append)
+        assert set(got) == set(expected) and done == list(range(1, layers + 1))
+        for dt in expected:
+            np.testing.assert_array_equal(got[dt], expected[dt])
+
+
+@pytest.mark.parametrize("truth", [True, False])
+def test_generate_says_each_stage_in_a_pipe(truth, tmp_path, capsys):
+    argv = ["generate", "--neurons", "1024", "--layers", "3", "--images", "20", "--out", str(tmp_path / "g.zarr")]
+    assert main(argv + (["--truth"] if truth else [])) == 0
+    err = capsys.readouterr().err  # capsys's stderr is no terminal
+    stages = [generate.LAYERS_STAGE] + ([generate.TRUTH_STAGE] if truth else [])
+    assert err == "".join(f"dasknn: {name} ...\n" for name in stages)
+    assert (store.open_store(tmp_path / "g.zarr").inputs.truth() is not None) is truth
+
+
+def test_generate_shows_a_bar_per_stage_on_a_terminal(tmp_path, monkeypatch, capsys):
+    import io as _io
+    import sys
+
+    class Terminal(_io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    assert main(["generate", "--neurons", "1024", "--layers", "3", "--images", "20", "--truth",
+                 "--out", str(tmp_path / "g.zarr")]) == 0
+    shown = term.getvalue()
+    assert generate.LAYERS_STAGE in shown and generate.TRUTH_STAGE in shown and "3/3" in shown
+    assert "dasknn: " not in shown  # bars, not lines

@@ -98,7 +98,8 @@ BAD_LAYERS = [
     ("1\t1\t0.5\nx\t2\t0.5\n", 2, "column 1 is not a positive integer"),
     ("1\t1\t0.5\n2\t2.5\t0.5\n", 2, "column 2 is not a positive integer"),
     ("1\t1\t0.5\n0\t2\t0.5\n", 2, "indices are 1-based"),
-    ("1\t1\t0.5\n2\t9\t0.5\n", 2, "out of range"),
+    ("1\t1\t0.5\n2\t9\t0.5\n", 2, r"output neuron 9 \(column 2\) is beyond the layer's 8 neurons"),
+    ("1\t1\t0.5\n12\t2\t0.5\n", 2, r"input neuron 12 \(column 1\) is beyond the layer's 8 neurons"),
     ("1\t1\t0.5\n2\t2\tnan\n", 2, "not finite"),
     ("1\t1\t0.5\n2\t2\t-inf\n", 2, "not finite"),
     ("1\t1\t0.5\n2\t2\t1e999\n", 2, "not finite"),
@@ -170,7 +171,7 @@ def test_no_layer_files(tmp_path):
 def test_inconsistent_sizes(tmp_path):
     # the name says 8 neurons, a line says 12
     _write_net(tmp_path / "net", {1: GOOD, 2: "1\t12\t0.5\n"})
-    with pytest.raises(DasknnError, match=r"n8-l2.tsv:1: column 2 is out of range \(at most 8\)"):
+    with pytest.raises(DasknnError, match=r"n8-l2.tsv:1: output neuron 12 \(column 2\) is beyond the layer's 8 neurons"):
         io.read_network(tmp_path / "net", bias=-0.1)
 
 
@@ -200,8 +201,31 @@ def test_unknown_width_needs_bias(tmp_path):
 def test_image_pixel_out_of_range(tmp_path):
     path = tmp_path / "sparse-images-8.tsv"
     path.write_text("1\t1\t1\n2\t9\t1\n")
-    with pytest.raises(DasknnError, match=r"sparse-images-8.tsv:2: column 2 is out of range"):
+    with pytest.raises(DasknnError, match=r"sparse-images-8.tsv:2: pixel 9 is beyond the 8 neurons the file's name"):
         io.read_images(path)
+
+
+def test_images_wider_than_the_network_say_the_pixel_and_the_width(tmp_path):
+    # a 2048-wide batch into a 1024-wide network: the message says which pixel, and what it is beyond
+    path = tmp_path / "wide2048.tsv.gz"
+    path.write_bytes(gzip.compress(b"1\t5\t1\n1\t700\t1\n2\t1500\t1\n"))
+    with pytest.raises(DasknnError) as e:
+        io.read_images(path, neurons=1024)
+    assert str(e.value) == f"{path}:3: pixel 1500 is beyond the network's 1024 neurons"
+
+
+def test_a_truth_index_beyond_the_images_is_named(tmp_path):
+    path = tmp_path / "c.tsv"
+    path.write_text("1\n7\n")
+    with pytest.raises(DasknnError) as e:
+        io.read_categories(path, images=5)
+    assert str(e.value) == f"{path}:2: image 7 is beyond the batch's 5 images"
+
+
+def test_a_generic_table_names_the_column_and_the_value():
+    with pytest.raises(DasknnError) as e:
+        io.parse_table(b"1\t2\t0.5\n3\t99\t0.5\n", "t.tsv", 2, True, (12, 12))
+    assert str(e.value) == "t.tsv:2: column 2 is 99, out of range (at most 12)"
 
 
 def test_categories_bad_line(tmp_path):

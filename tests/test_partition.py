@@ -429,3 +429,32 @@ def test_the_partition_plot_is_readable(tmp_path):
     # lines that coincide stay apart: each its own style and marker
     lines = volume.get_lines()
     assert len(lines) == 2 and len({(ln.get_linestyle(), ln.get_marker()) for ln in lines}) == 2
+
+
+def test_equal_volumes_do_not_hide_each_other():
+    # block and random with the same volume on every layer (as on some networks): both must show
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from dasknn import partition
+
+    rng = np.random.default_rng(0)
+    same = rng.integers(1, 500, size=12)
+    series = {"hypergraph": rng.integers(0, 50, size=12), "block": same, "random": same.copy()}
+    ax = Figure().subplots()
+    partition.draw_volumes(ax, series)
+    lines = ax.get_lines()
+    assert [ln.get_label().split(" (")[0] for ln in lines] == list(series)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [ln.get_label() for ln in lines]
+    assert len({ln.get_linestyle() for ln in lines}) == len({ln.get_marker() for ln in lines}) == 3
+    # the markers of coinciding lines fall on different layers, and the one underneath is the wider line
+    block, random_ = lines[1], lines[2]
+    np.testing.assert_array_equal(block.get_ydata(), random_.get_ydata())
+
+    def marked(line) -> set[float]:
+        start, step = line.get_markevery()
+        return set(np.asarray(line.get_xdata())[start::step].tolist())
+
+    assert marked(block) and marked(random_) and not marked(block) & marked(random_)
+    assert block.get_linewidth() > random_.get_linewidth() and block.get_zorder() < random_.get_zorder()
+    assert all(ln.get_alpha() is not None and ln.get_alpha() < 1 for ln in lines)

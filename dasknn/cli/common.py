@@ -7,7 +7,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import DasknnError
@@ -40,10 +40,39 @@ class Progress:
             self.bar.close()
 
 
+class Stages:
+    """A long command's stages: a progress bar for each on a terminal, else one line each on stderr.
+
+    A run in a pipe or a batch job is then never silent for minutes (``generate --truth``); stdout, where the
+    result or its JSON goes, is left alone.
+    """
+
+    def __init__(self, bars: bool):
+        self.bars = bars
+        self.bar: Progress | None = None
+
+    def begin(self, name: str, total: int) -> Callable[[int], None]:
+        """Start stage ``name`` of ``total`` steps; return what to call with the steps done."""
+        self.close()
+        self.bar = Progress(total, name, self.bars)
+        if not self.bar.shown:
+            print(f"dasknn: {name} ...", file=sys.stderr, flush=True)
+        return self.bar.to
+
+    def close(self) -> None:
+        """Remove the bar of the stage under way, if any."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
 def emit(args: argparse.Namespace, report: dict, text: str) -> None:
-    """Print ``report`` as one JSON object with ``--json``, else ``text``."""
+    """Print ``report`` as one JSON object with ``--json``, else ``text``.
+
+    The object is indented on a terminal, for a person to read, and one line elsewhere, for a script to parse.
+    """
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(report, indent=2 if sys.stdout.isatty() else None))
     else:
         print(text)
 
@@ -123,6 +152,11 @@ def require_matplotlib(option: str) -> None:
     """Fail with one line naming the extra where ``option`` asks for a plot and matplotlib is not installed."""
     if not has_matplotlib():
         raise DasknnError(f"{option} draws with matplotlib, which is not installed: {PLOT_EXTRA}")
+
+
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, with an s unless there is exactly one: "1 worker", "2 workers"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def mismatch_line(mismatched: int, images: int, dtype: str) -> str:

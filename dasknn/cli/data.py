@@ -7,20 +7,20 @@ import time
 from pathlib import Path
 
 from ..ingest import import_network
-from .common import Progress, emit
+from .common import Progress, Stages, emit
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """``dasknn generate``: write a challenge-like network (and images) and print what was written."""
     from .. import generate
 
-    bar = Progress(args.layers, "generate", not args.json)
+    stages = Stages(bars=not args.json)
     t0 = time.perf_counter()
     try:
         out = generate.write(args.out, args.neurons, args.layers, args.images, args.seed, truth=args.truth,
-                             overwrite=args.overwrite, progress=bar.to, bias=args.bias)
+                             overwrite=args.overwrite, bias=args.bias, stage=stages.begin)
     finally:
-        bar.close()
+        stages.close()
     seconds = time.perf_counter() - t0
     report = {"out": str(out), "neurons": args.neurons, "layers": args.layers, "edges": 32 * args.neurons * args.layers,
               "images": args.images, "seed": args.seed, "seconds": round(seconds, 3)}
@@ -78,8 +78,18 @@ def cmd_info(args: argparse.Namespace) -> int:
               "images": s.inputs.images if s.inputs else 0,
               "truth": None if s.inputs is None or s.inputs.truth() is None else int(s.inputs.truth().size),
               "bytes_on_disk": s.nbytes_on_disk()}
-    emit(args, report, "\n".join(f"{k:>14}: {v}" for k, v in report.items()))
+    emit(args, report, "\n".join(f"{k:>14}: {v}" for k, v in _info_text(report).items()))
     return 0
+
+
+def _info_text(report: dict) -> dict:
+    """``info``'s figures as a reader needs them: the storage type apart from the arithmetic, counts with units."""
+    text = dict(report)
+    # the store keeps values in the narrowest exact type; inference computes in --dtype, whatever is stored
+    text["dtype"] = f"stored as {report['dtype']} (arithmetic float64 by default; --dtype float32 is faster)"
+    if report["truth"] is not None:
+        text["truth"] = f"{report['truth']} categories (images with a nonzero last row)"
+    return text
 
 
 def add_data_parsers(sub) -> None:
@@ -91,7 +101,8 @@ def add_data_parsers(sub) -> None:
     g.add_argument("--out", required=True, help="a .zarr store, or a directory for the published TSV layout")
     g.add_argument("--images", type=int, default=0, help="also make this many synthetic images (default 0)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    g.add_argument("--truth", action="store_true", help="also compute the images' categories with the reference")
+    g.add_argument("--truth", action="store_true", help="also compute the images' categories with the SciPy reference (float64 and float32), on every "
+                        "core: far slower than the network itself (see the README)")
     g.add_argument("--bias", type=float, help="layer bias (default: the challenge's for N)")
     g.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     g.add_argument("--json", action="store_true", help="print one JSON object")

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,25 +17,43 @@ import numpy as np
 from ..errors import DasknnError
 from ..modes import INFERENCE
 from ..ingest import import_network
-from .common import Progress, check_report, emit, explain_table, mismatch_line, performance_report, positive_int
+from .common import (Progress, Stages, check_report, emit, explain_table, mismatch_line, performance_report,
+                     plural, positive_int)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What ``dasknn infer`` runs on, resolved and checked before any cluster starts."""
+
+    network: Path | str
+    inputs: Path | str
+    truth: np.ndarray | None
+    notes: dict
 
 
 @contextlib.contextmanager
-def _as_stores(args: argparse.Namespace) -> Iterator[tuple[Path, Path, np.ndarray | None, dict]]:
-    """Resolve --network/--inputs/--truth to stores (importing TSV into a temporary folder) and the truth."""
-    from .. import generate, io
+def prepared_infer(args: argparse.Namespace) -> Iterator[Prepared]:
+    """Resolve --network/--inputs/--truth to stores (importing TSV into a temporary folder) and check every argument
+    the engine would refuse: a wrong path or ``--batch -1`` ends here, before a cluster costs seconds to start.
+
+    The stores imported for the run live until the block exits.
+    """
+    from .. import engine, generate, io
     from ..store import is_store, location, open_inputs, open_store, write_inputs_store
 
+    if args.resume and not args.results:
+        raise DasknnError("--resume needs --results (the store the earlier run wrote)")
     notes: dict = {}
     with tempfile.TemporaryDirectory(prefix="dasknn-") as tmp:
         if args.network is None:
             if args.inputs is not None:
                 raise DasknnError("--inputs needs --network")
-            bar = Progress(generate.DEFAULT["layers"], "generating the default network (once)", not args.json)
+            stages = Stages(bars=not args.json)
             try:
-                network = generate.default_store(progress=bar.to)
+                network = generate.default_store(stage=lambda name, total: stages.begin(
+                    f"{name} of the default network (once)", total))
             finally:
-                bar.close()
+                stages.close()
             notes["network"] = f"default: {network}"
         elif is_store(args.network):
             network = location(args.network)
@@ -42,59 +61,64 @@ def _as_stores(args: argparse.Namespace) -> Iterator[tuple[Path, Path, np.ndarra
             t0 = time.perf_counter()
             network = import_network(args.network, Path(tmp) / "network.zarr")
             notes["import_seconds"] = round(time.perf_counter() - t0, 3)
-        neurons = open_store(network, check="metadata").neurons
+        shape = open_store(network, check="metadata")
         if args.inputs is None:
             inputs = network
         elif is_store(args.inputs):
             inputs = location(args.inputs)
         else:
-            inputs = write_inputs_store(Path(tmp) / "inputs.zarr", io.read_images(args.inputs, neurons=neurons),
+            inputs = write_inputs_store(Path(tmp) / "inputs.zarr", io.read_images(args.inputs, neurons=shape.neurons),
                                         source=os.fspath(args.inputs))
-        truth = io.read_categories(args.truth) if args.truth else open_inputs(inputs).truth(args.dtype)
-        yield network, inputs, truth, notes
+        engine.checked_arguments(network, inputs, args.batch, args.dtype, args.sync_every, args.activations,
+                                 args.results, args.messages, "gpu" if args.gpu else "cpu", args.chunks, False,
+                                 keep_layers=args.keep_layers, segment=args.segment, group_size=args.group_size)
+        stored = open_inputs(inputs)
+        truth = (io.checked_truth(args.truth, stored.images, shape.neurons, shape.depth) if args.truth
+                 else stored.truth(args.dtype))
+        yield Prepared(network, inputs, truth, notes)
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
     from ..cluster import local_client, tls_options
 
-    if args.resume and not args.results:
-        raise DasknnError("--resume needs --results (the store the earlier run wrote)")
     check_report(args.report)
-    with local_client(args.workers, args.threads_per_worker, args.scheduler, gpu=args.gpu,
-                      memory_limit=args.memory_limit or "auto", **tls_options(args)) as client:
-        return run_infer(args, client)
+    with prepared_infer(args) as prepared, \
+            local_client(args.workers, args.threads_per_worker, args.scheduler, gpu=args.gpu,
+                         memory_limit=args.memory_limit or "auto", **tls_options(args)) as client:
+        return run_infer(args, client, prepared)
 
 
-def run_infer(args: argparse.Namespace, client) -> int:
+def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None) -> int:
     """Run ``dasknn infer`` with parsed ``args`` on an existing ``client``; print the figures, return the exit code.
 
     The cluster examples (``examples/slurm.py``, ``mpi.py``, ``gpu.py``) build their own cluster and call this with
-    a parser made by :func:`add_infer_arguments`, so they take exactly the options of ``dasknn infer``.
+    a parser made by :func:`add_infer_arguments`, so they take exactly the options of ``dasknn infer``. ``prepared``
+    (from :func:`prepared_infer`, entered before the cluster was built) saves checking the arguments again.
     """
+    if prepared is None:
+        with prepared_infer(args) as prepared:
+            return run_infer(args, client, prepared)
     from .. import engine, io
 
-    if args.resume and not args.results:
-        raise DasknnError("--resume needs --results (the store the earlier run wrote)")
-    with _as_stores(args) as (network, inputs, truth, notes):
-        bar = Progress(0, "infer", not args.json)
+    bar = Progress(0, "infer", not args.json)
 
-        def progress(done: int, total: int) -> None:
-            if bar.bar is not None:
-                bar.bar.total = total
-            bar.to(done)
+    def progress(done: int, total: int) -> None:
+        if bar.bar is not None:
+            bar.bar.total = total
+        bar.to(done)
 
-        try:
-            with performance_report(getattr(args, "report", None), client):
-                result = engine.infer(network, inputs, client, mode=args.mode, partition=args.partition,
-                                      group_size=args.group_size, images=args.batch, chunks=args.chunks,
-                                      segment=args.segment, sync_every=args.sync_every, dtype=args.dtype,
-                                      backend="gpu" if args.gpu else "cpu", resident=args.resident,
-                                      keep_layers=args.keep_layers, results=args.results, resume=args.resume,
-                                      progress=progress, messages=args.messages, explain=args.explain,
-                                      activations=args.activations, plan_store=args.plan_store,
-                                      overlap=args.overlap)
-        finally:
-            bar.close()
+    try:
+        with performance_report(getattr(args, "report", None), client):
+            result = engine.infer(prepared.network, prepared.inputs, client, mode=args.mode,
+                                  partition=args.partition, group_size=args.group_size, images=args.batch,
+                                  chunks=args.chunks, segment=args.segment, sync_every=args.sync_every,
+                                  dtype=args.dtype, backend="gpu" if args.gpu else "cpu", resident=args.resident,
+                                  keep_layers=args.keep_layers, results=args.results, resume=args.resume,
+                                  progress=progress, messages=args.messages, explain=args.explain,
+                                  activations=args.activations, plan_store=args.plan_store, overlap=args.overlap)
+    finally:
+        bar.close()
+    truth, notes = prepared.truth, prepared.notes
     cats = result.categories
     mismatched = None
     if truth is not None:
@@ -120,13 +144,14 @@ def run_infer(args: argparse.Namespace, client) -> int:
         "recoveries": result.recoveries,
         **notes,
     }
-    if result.exchange_bytes:
-        # per layer: the boundary messages as dense rows, and as Dask recorded the compact ones that crossed
-        report["dense_message_bytes_per_layer"] = result.dense_message_bytes
-        report["exchange_bytes_per_layer"] = result.exchange_bytes
     if result.predictions:
         report["predictions"] = result.predictions
         report["calibration"] = result.calibration
+    if result.exchange_bytes:
+        # last, the long arrays, one entry a layer: the boundary messages as dense rows, and as Dask recorded the
+        # compact ones that crossed
+        report["per_layer"] = {"dense_message_bytes": result.dense_message_bytes,
+                               "exchange_bytes": result.exchange_bytes}
     if args.explain and not args.json:
         print(explain_table(result.predictions, result.mode, result.group_size, result.seconds), flush=True)
     verdict = "no truth to compare" if mismatched is None else (
@@ -134,7 +159,7 @@ def run_infer(args: argparse.Namespace, client) -> int:
     emit(args, report,
           f"{result.images} images x {result.layers} layers of {result.neurons} neurons ({result.edges} edges): "
           f"{cats.size} categories, {verdict}\n"
-          f"inference {result.seconds:.3f} s on {result.workers} workers ({result.mode} mode): "
+          f"inference {result.seconds:.3f} s on {plural(result.workers, 'worker')} ({result.mode} mode): "
           f"{result.edges_per_second:.3e} edges/s")
     if mismatched:
         # a check that fails fails the command, as bench-graphchallenge does

@@ -7,8 +7,11 @@ knows how the work is done, only which function does it.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 
 from .. import __version__
 from ..errors import DasknnError
@@ -60,6 +63,28 @@ def run_guarded(func: Callable[..., int | None], *args) -> int:
         return EXIT_INTERRUPTED
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM (``timeout``, a batch scheduler's kill) ends the command as Ctrl-C does.
+
+    The handler raises :class:`KeyboardInterrupt` in the main thread, so every writer removes its partial output on
+    the way out, as it does for Ctrl-C; the handler before is restored after. Elsewhere than the main thread (where
+    no handler can be installed) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
 
@@ -67,4 +92,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return args.func(args)
 
-    return run_guarded(run)
+    with sigterm_as_interrupt():
+        return run_guarded(run)

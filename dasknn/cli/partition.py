@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
+from ..partials import new_partial
 from .common import PLOT_EXTRA, Progress, emit, positive_int, require_matplotlib
 
 
@@ -24,13 +25,17 @@ def cmd_partition(args: argparse.Namespace) -> int:
     on_cluster = args.workers is not None or args.scheduler is not None
     if on_cluster:
         if not is_store(args.network):
+            if not Path(args.network).exists():
+                raise DasknnError("no such file or directory", args.network)
             raise DasknnError("--workers/--scheduler partition a store (the workers read its layers): "
                               "import the network first (dasknn import)")
         from ..cluster import local_client, tls_options
         from ..partition.cluster import partition_on_cluster
 
         layers = None
-        rows = open_store(args.network, check="metadata").depth + 1
+        shape = open_store(args.network, check="metadata")
+        partitioning.check_partition_arguments(args.parts, shape.neurons, args.epsilon)  # the workers would refuse
+        rows = shape.depth + 1
         bar = Progress(rows, f"partition ({args.method}, K = {args.parts}, on the cluster)", not args.json)
         try:
             with local_client(args.workers, args.threads_per_worker, args.scheduler,
@@ -61,7 +66,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
         report = partitioning.partition_report(layers, owners, args.method, seconds)
     if args.out:
         out = Path(args.out)
-        tmp = out.with_name(f".{out.name}.partial.npy")
+        tmp = new_partial(out, suffix=".npy")
         np.save(tmp, owners.astype(np.int32, copy=False), allow_pickle=False)  # as documented, however computed
         os.replace(tmp, out)
     if is_store(args.network):

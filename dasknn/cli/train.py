@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from ..cluster import add_tls_arguments, local_client, tls_options
 from ..errors import DasknnError
 from ..train import MODES, OPTIMIZERS, import_weights, train
-from .common import check_report, performance_report, positive_int
+from .common import check_report, emit, performance_report, plural, positive_int
 
 
 def add_train_parsers(sub) -> None:
@@ -67,14 +66,16 @@ def run_train(args) -> int:
     else:
         result = train(args.network, args.data, **common)
     s = result.summary()
-    if args.json:
-        print(json.dumps(s))
-    else:
-        print(f"{s['steps']} steps in {s['seconds']:.2f} s ({s['mode']}, {s['workers']} workers): "
-              f"train loss {s['train_loss']:.4f}, test accuracy {100 * s['test_accuracy']:.2f} %, "
-              f"state {s['state_bytes']:,} B (dense with mask {s['dense_masked_state_bytes']:,} B), "
-              f"{s['bytes_sent_per_step']:,.0f} B sent per step")
+    emit(args, s, f"{s['steps']} steps in {s['seconds']:.2f} s ({where_trained(s['mode'], s['workers'])}): "
+                  f"train loss {s['train_loss']:.4f}, test accuracy {100 * s['test_accuracy']:.2f} %, "
+                  f"state {s['state_bytes']:,} B (dense with mask {s['dense_masked_state_bytes']:,} B), "
+                  f"{s['bytes_sent_per_step']:,.0f} B sent per step")
     return 0
+
+
+def where_trained(mode: str, workers: int) -> str:
+    """Where a run trained, in words: "single process", or the mode and its workers ("model mode, 2 workers")."""
+    return "single process" if mode == "single" else f"{mode} mode, {plural(workers, 'worker')}"
 
 
 def add_import_weights_parser(subparsers) -> None:
@@ -96,8 +97,22 @@ def run_import_weights(args) -> int:
     return 0
 
 
+def check_before_a_cluster(args: argparse.Namespace) -> None:
+    """Refuse what :func:`~dasknn.train.train` would refuse, with its own checks, before any cluster starts: the
+    arguments, the backend, and a network path that is not a store."""
+    from ..store import open_store
+    from ..train.device import check_backend
+    from ..train.driver import check_arguments
+
+    check_arguments(args.mode, args.epochs, args.batch, args.lr, args.workers, args.group_size,
+                    args.checkpoint_every, args.checkpoint, args.resume)
+    check_backend("gpu" if args.gpu else "cpu", args.mode)
+    open_store(args.network, check="metadata")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """``dasknn train``, inside Dask's performance report when ``--report`` is given."""
+    check_before_a_cluster(args)
     if not args.report:
         return run_train(args)
     if args.mode == "single":

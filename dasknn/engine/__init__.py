@@ -32,7 +32,7 @@ mechanics underneath (pinned graphs, worker loss, byte counters) are :mod:`daskn
 
 from __future__ import annotations
 
-from .infer import AWAIT_WORKERS_SECONDS, MAX_RECOVERIES, InferenceResult, infer
+from .infer import AWAIT_WORKERS_SECONDS, MAX_RECOVERIES, InferenceResult, checked_arguments, infer
 from .groups import MODES
 from .owners import resolve_partition
 from .sizing import MEMORY_SHARE, WEIGHTS_SHARE, WORKER_BASE, chunk_bounds, default_chunks, sync_layers
@@ -49,6 +49,7 @@ __all__ = [
     "WEIGHTS_SHARE",
     "WORKER_BASE",
     "InferenceResult",
+    "checked_arguments",
     "chunk_bounds",
     "default_chunks",
     "infer",

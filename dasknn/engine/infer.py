@@ -183,8 +183,9 @@ def infer(
         streamed 65,536-wide network it ran slower, its layer reads no longer hidden in the parts' waits
         (BENCHMARKS.md).
     """
-    path, store, source, count = _checked(network, inputs, images, dtype, sync_every, activations, results,
-                                          messages, backend, chunks, resume and keep_activations)
+    path, store, source, count = checked_arguments(
+        network, inputs, images, dtype, sync_every, activations, results, messages, backend, chunks,
+        resume and keep_activations, keep_layers=keep_layers, segment=segment, group_size=group_size)
     in_path = source.path
     if client is None:
         with ensure_client() as c:
@@ -259,9 +260,19 @@ def infer(
     return _result(job, runs, mode, group_size, count, todo, done, predictions, calibration)
 
 
-def _checked(network, inputs, images: int | None, dtype: str, sync_every: int, activations: bool, results,
-             messages: str, backend: str, chunks: int | None, keep_resumed: bool) -> tuple:
-    # the arguments checked before any cluster is asked: (network path, its store, input source, images)
+def checked_arguments(network, inputs, images: int | None, dtype: str, sync_every: int, activations: bool, results,
+                      messages: str, backend: str, chunks: int | None, keep_resumed: bool, *,
+                      keep_layers: int = 2, segment: int | None = None, group_size: int | None = None) -> tuple:
+    """Check :func:`infer`'s arguments without a cluster: what it would refuse, refused first, in one line.
+
+    The command line calls it before it starts a cluster, so a wrong path or ``--batch -1`` costs no cluster's
+    start; :func:`infer` calls it again (cheap: the store's metadata).
+
+    Returns
+    -------
+    tuple
+        The network's path, its store, the input source and the number of images to run.
+    """
     if dtype not in ("float32", "float64"):
         raise DasknnError(f"--dtype must be float32 or float64, not {dtype}")
     path = str(location(network))  # a local store, or a URL the workers read through fsspec
@@ -278,8 +289,10 @@ def _checked(network, inputs, images: int | None, dtype: str, sync_every: int, a
         raise DasknnError("a dask.array's row chunks are the chunks: slice or rechunk the array instead")
     if keep_resumed:
         raise DasknnError("keep_activations needs every chunk computed: it cannot resume a run")
-    if sync_every < 1:
-        raise DasknnError("--sync-every must be at least 1")
+    for option, value in (("--sync-every", sync_every), ("--keep-layers", keep_layers), ("--chunks", chunks),
+                          ("--segment", segment), ("--group-size", group_size)):
+        if value is not None and value < 1:
+            raise DasknnError(f"{option} must be at least 1, not {value}")
     if activations and results is None:
         raise DasknnError("--activations needs --results (the store they are written to)")
     if messages not in ("compact", "dense"):

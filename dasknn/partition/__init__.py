@@ -61,12 +61,22 @@ point) and ``plot``.
 
 from .hypergraph import PRESETS
 from .methods import METHODS, partition_network
-from .metrics import layer_imbalance, layer_volumes, part_sends, part_work, partition_report, validate_partition
-from .plot import plot_partition
+from .metrics import (
+    check_partition_arguments,
+    layer_imbalance,
+    layer_volumes,
+    part_sends,
+    part_work,
+    partition_report,
+    validate_partition,
+)
+from .plot import draw_volumes, plot_partition
 
 __all__ = [
     "METHODS",
     "PRESETS",
+    "check_partition_arguments",
+    "draw_volumes",
     "layer_imbalance",
     "layer_volumes",
     "part_sends",

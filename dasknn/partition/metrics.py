@@ -85,6 +85,14 @@ def _check_parts(parts: Any, neurons: int) -> int:
     return parts
 
 
+def check_partition_arguments(parts: Any, neurons: int, epsilon: Any) -> tuple[int, float]:
+    """The number of parts and the imbalance allowed, checked for a network ``neurons`` wide (one line each).
+
+    For a caller that checks before it starts a cluster; the methods check the same way.
+    """
+    return _check_parts(parts, neurons), _check_epsilon(epsilon)
+
+
 def _check_epsilon(epsilon: Any) -> float:
     try:
         eps = float(epsilon)

@@ -12,7 +12,44 @@ from .methods import partition_network
 from .metrics import _as_layers, _owners_for, layer_imbalance, layer_volumes, part_sends, part_work
 
 
+#: One (line style, marker) per series of volumes, in the order they are drawn.
+VOLUME_STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
+
+
 # --------------------------------------------------------------------------------------------- plot
+def draw_volumes(ax, series: dict[str, np.ndarray]) -> None:
+    """Draw each method's volume per layer on ``ax`` (log scale, legend with totals), every series visible.
+
+    Series that coincide (block and random on some networks have equal volumes) must not hide each other: each
+    has its own line style and hollow marker, its markers fall on other layers than the others' (staggered), the
+    lines are slightly transparent, and the later ones are drawn thinner, on top.
+
+    Parameters
+    ----------
+    ax
+        A matplotlib ``Axes``.
+    series
+        Entries sent per image, one value per layer, by the method's name (at most four).
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    if len(series) > len(VOLUME_STYLES):
+        raise ValueError(f"at most {len(VOLUME_STYLES)} series of volumes, not {len(series)}")
+    layers = len(next(iter(series.values()), ()))
+    x = np.arange(1, layers + 1)
+    every = max(len(series), layers // 20)
+    for i, ((name, vol), (ls, marker)) in enumerate(zip(series.items(), VOLUME_STYLES)):
+        vol = np.asarray(vol)
+        # a zero volume sits at 0.5 on the log scale, below every positive one
+        ax.plot(x, np.maximum(vol, 0.5), label=f"{name} (total {int(vol.sum()):,})", lw=2.0 - 0.4 * i, ls=ls,
+                marker=marker, markevery=(i * every // len(series), every), markersize=5, markerfacecolor="none",
+                alpha=0.85, zorder=2 + i)
+    ax.set_yscale("log")
+    ax.set_xlabel("layer")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(fontsize=8)
+
+
 def plot_partition(
     layers: Sequence[sp.csc_matrix],
     owners: np.ndarray,
@@ -59,18 +96,9 @@ def plot_partition(
 
     fig = Figure(figsize=(12, 4.5), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
-    x = np.arange(1, len(ws) + 1)
-    # distinct line styles and markers: series that coincide (block and random on some networks) stay visible
-    styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
-    for (name, vol), (ls, marker) in zip(series.items(), styles):
-        ax1.plot(x, np.maximum(vol, 0.5), label=f"{name} (total {int(vol.sum()):,})", lw=1.2, ls=ls, marker=marker,
-                 markevery=max(1, len(x) // 20), markersize=4, markerfacecolor="none")
-    ax1.set_yscale("log")
-    ax1.set_xlabel("layer")
-    ax1.xaxis.set_major_locator(MaxNLocator(integer=True))
+    draw_volumes(ax1, series)
     ax1.set_ylabel("entries sent per image (connectivity - 1)")
     ax1.set_title(f"volume per layer, K = {k}, N = {ws[0].shape[0]}")
-    ax1.legend(fontsize=8)
     ids = np.arange(k)
     ax2.bar(ids - 0.2, work, width=0.4, label="work (nonzeros owned)", color="tab:blue")
     ax2.set_xlabel("part")

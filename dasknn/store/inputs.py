@@ -4,8 +4,6 @@ kept with a network or in an inputs-only store."""
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +11,7 @@ import scipy.sparse as sp
 import zarr
 
 from ..errors import DasknnError
+from ..partials import new_partial, remove_partial
 from . import common
 from .common import (
     FORMAT,
@@ -141,7 +140,7 @@ def write_inputs_store(path: str | os.PathLike[str], images: sp.spmatrix, truth:
     path = Path(path)
     if path.exists() and not overwrite:
         raise DasknnError("already exists (pass --overwrite to replace it)", path)
-    tmp = path.with_name(f".{path.name}.partial-{uuid.uuid4().hex[:8]}")
+    tmp = new_partial(path)
     try:
         root = zarr.open_group(tmp, mode="w", zarr_format=3)
         write_inputs(root, images, truth, images.shape[1])
@@ -149,5 +148,5 @@ def write_inputs_store(path: str | os.PathLike[str], images: sp.spmatrix, truth:
                                 "images": int(images.shape[0]), "source": source, "complete": True}
         replace_atomically(tmp, path)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_partial(tmp)
     return path

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import shutil
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import zarr
 
 from ..errors import DasknnError
 from ..network import Network, as_csc_layer
+from ..partials import new_partial, remove_partial
 from .common import (
     FORMAT,
     FULL_CHECK_ENTRIES,
@@ -61,7 +61,7 @@ class StoreWriter:
         self.neurons, self.layers, self.bias, self.ymax = int(neurons), int(layers), float(bias), float(ymax)
         self.source = source
         self.dtype = None if dtype is None else np.dtype(dtype)
-        self._tmp = self.path.with_name(f".{self.path.name}.partial-{uuid.uuid4().hex[:8]}")
+        self._tmp = new_partial(self.path)
         self._written: set[int] = set()
         self._edges = 0
         self._dtypes: set[str] = set()
@@ -117,7 +117,7 @@ class StoreWriter:
             self.root.attrs["dasknn"] = self._attrs(complete=True)
             replace_atomically(self._tmp, self.path)
         else:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            remove_partial(self._tmp)
 
 
 def write_network(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import uuid
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DasknnError
 from ..kernels import to_host
+from ..partials import new_partial
 from .model import OPT_SLOTS, Model
 
 
@@ -19,7 +19,7 @@ def save_checkpoint(path, model: Model, extra: dict | None = None) -> Path:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial-{uuid.uuid4().hex[:8]}")
+    tmp = new_partial(path)
     root = zarr.open_group(tmp, mode="w", zarr_format=3)
 
     def put(name, a):
