@@ -10,7 +10,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -19,35 +19,8 @@ from .errors import DasknnError
 from .network import Network
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
     from .engine import InferenceResult
     from .engine.inputs import InputSource
-
-
-class InferOptions(TypedDict, total=False):
-    """The engine's tuning options :func:`infer` passes on as keywords, each as in :func:`dasknn.engine.infer`.
-
-    Kept out of :func:`infer`'s own parameters so that its signature reads in one line; an option not given takes
-    the engine's default.
-    """
-
-    partition: str | np.ndarray
-    group_size: int | None
-    chunks: int | None
-    segment: int | None
-    sync_every: int
-    backend: str
-    resident: bool | None
-    keep_layers: int
-    results: str | os.PathLike[str] | None
-    resume: bool
-    progress: Callable[[int, int], None] | None
-    messages: str
-    explain: bool
-    activations: bool
-    plan_store: str | os.PathLike[str] | None
-    overlap: bool
 
 
 def infer(
@@ -61,12 +34,13 @@ def infer(
     batch: int | None = None,
     keep_activations: bool = False,
     tmpdir: str | os.PathLike[str] | None = None,
-    **options: Unpack[InferOptions],
+    **options: Any,
 ) -> InferenceResult:
     """Run a sparse network on a batch of images on a Dask cluster; return the categories (0-based).
 
     ``dasknn.infer(network, images, client, truth=..., mode="model", partition="block")``: the first three
-    positional, everything else by keyword; the engine's tuning options (:class:`InferOptions`) are at the end.
+    positional, everything else by keyword; the engine's tuning options
+    (:class:`~dasknn.engine.options.InferenceOptions`) are at the end.
 
     Parameters
     ----------
@@ -104,7 +78,7 @@ def infer(
     tmpdir
         Where temporary stores are written (the system's temporary folder by default).
     **options
-        The engine's tuning options, by keyword, as in :func:`dasknn.engine.infer` (:class:`InferOptions`):
+        The engine's tuning options, by keyword (:class:`~dasknn.engine.options.InferenceOptions`):
         ``partition``, ``group_size``, ``chunks`` (fixed by a dask.array's row chunks), ``segment``,
         ``sync_every``, ``backend``, ``resident``, ``keep_layers``, ``results``, ``resume``, ``progress``,
         ``messages``, ``explain``, ``activations``, ``plan_store``, ``overlap``.
@@ -122,11 +96,10 @@ def infer(
     >>> result.categories  # doctest: +SKIP
     """
     from .engine import infer as run
+    from .engine.options import options_with
     from .runtime.recovery import ensure_client
 
-    unknown = sorted(set(options) - InferOptions.__optional_keys__)
-    if unknown:  # as Python says it for a named parameter
-        raise TypeError(f"infer() got an unexpected keyword argument {unknown[0]!r}")
+    tuning = options_with(None, {**options, "mode": mode, "dtype": dtype, "keep_activations": keep_activations})
     if keep_activations and client is None:
         raise DasknnError("keep_activations needs a client: the activations stay on its workers")
     with contextlib.ExitStack() as stack:
@@ -136,10 +109,8 @@ def infer(
         expected = _truth(truth, stored, images, path, dtype)  # before a cluster: a wrong truth costs no run
         client = stack.enter_context(ensure_client(client))
         inputs = stored if stored is not None else _in_memory_source(images, client, batch)
-        count = None if stored is None else batch
-        result = run(path, inputs, client, mode=mode, images=count, dtype=dtype, keep_activations=keep_activations,
-                     **options)
-    if expected is not None:
+        result = run(path, inputs, client, options_with(tuning, {"images": None if stored is None else batch}))
+    if expected is not None:  # (the one comparison with the truth: the command line's and the challenge's too)
         expected = expected[expected < result.images]
         result.mismatched = int(np.setxor1d(result.categories, expected).size)
         result.matches_truth = result.mismatched == 0

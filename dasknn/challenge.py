@@ -16,8 +16,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from .errors import DasknnError
 
 COLUMNS = ("neurons", "layers", "edges", "time", "rate", "correct", "images", "mismatched", "dtype", "mode",
@@ -93,9 +91,8 @@ def run_case(case: Case, client, workdir: str | os.PathLike[str], *, dtype: str 
 
     The time is inference only (the import into ``workdir`` is not counted), as the challenge times it.
     """
-    from . import engine, io
+    from .api import infer
     from .ingest import import_network
-    from .store import open_inputs
 
     row: dict = {"neurons": case.neurons, "layers": case.layers, "edges": None, "time": None, "rate": None,
                  "correct": False, "images": None, "mismatched": None, "dtype": dtype, "mode": None,
@@ -103,11 +100,10 @@ def run_case(case: Case, client, workdir: str | os.PathLike[str], *, dtype: str 
     try:
         store = import_network(case.network, Path(workdir) / f"n{case.neurons}-l{case.layers}.zarr",
                                inputs=case.images, layers=case.layers, overwrite=True)
-        # before the run: a truth that cannot be this batch's is a row with a note, not a run's worth of mismatches
-        truth = io.checked_truth(case.truth, open_inputs(store).images, case.neurons, case.layers)
-        result = engine.infer(store, store, client, mode=mode, images=batch, chunks=chunks, dtype=dtype)
-        truth = truth[truth < result.images]  # 0-based: only the images run
-        mismatched = int(np.setxor1d(result.categories, truth).size)
+        # the one way in, as the command line's and Python's: it checks the truth before the run (a truth that
+        # cannot be this batch's is a row with a note, not a run's worth of mismatches) and compares with it after
+        result = infer(store, store, client, truth=case.truth, mode=mode, batch=batch, chunks=chunks, dtype=dtype)
+        mismatched = result.mismatched
     except DasknnError as e:
         row["note"] = str(e)
         return row

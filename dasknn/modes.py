@@ -21,3 +21,19 @@ TRAINING = (SINGLE, *DISTRIBUTED)
 def mode_of(group_size: int, workers: int) -> str:
     """The distributed mode of groups of ``group_size`` among ``workers`` workers."""
     return DATA if group_size == 1 else MODEL if group_size == workers else HYBRID
+
+
+def group_size_of(mode: str, workers: int, group_size: int | None) -> int:
+    """Workers per group of a distributed ``mode`` (or ``single``) on ``workers`` workers: 1 in data (and single)
+    mode, all of them in model mode, ``group_size`` in hybrid mode (by default 2 where four or more workers divide
+    evenly, else all). A group size that does not divide the workers is refused in one line."""
+    from .errors import DasknnError
+
+    if mode in (DATA, SINGLE):
+        return 1
+    if mode == MODEL:
+        return workers
+    g = group_size or (2 if workers % 2 == 0 and workers >= 4 else workers)
+    if g < 1 or workers % g:
+        raise DasknnError(f"--group-size {g} must divide the {workers} workers")
+    return g

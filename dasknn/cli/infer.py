@@ -69,13 +69,23 @@ def prepared_infer(args: argparse.Namespace) -> Iterator[Prepared]:
         else:
             inputs = write_inputs_store(Path(tmp) / "inputs.zarr", io.read_images(args.inputs, neurons=shape.neurons),
                                         source=os.fspath(args.inputs))
-        engine.checked_arguments(network, inputs, args.batch, args.dtype, args.sync_every, args.activations,
-                                 args.results, args.messages, "gpu" if args.gpu else "cpu", args.chunks, False,
-                                 keep_layers=args.keep_layers, segment=args.segment, group_size=args.group_size)
+        engine.checked_arguments(network, inputs, options_of(args))
         stored = open_inputs(inputs)
         truth = (io.checked_truth(args.truth, stored.images, shape.neurons, shape.depth) if args.truth
                  else stored.truth(args.dtype))
         yield Prepared(network, inputs, truth, notes)
+
+
+def options_of(args: argparse.Namespace, progress=None):
+    """The engine's options ``dasknn infer``'s arguments ask for (:class:`~dasknn.engine.options.InferenceOptions`)."""
+    from ..engine.options import InferenceOptions
+
+    return InferenceOptions(mode=args.mode, partition=args.partition, group_size=args.group_size, images=args.batch,
+                            chunks=args.chunks, segment=args.segment, sync_every=args.sync_every, dtype=args.dtype,
+                            backend="gpu" if args.gpu else "cpu", resident=args.resident,
+                            keep_layers=args.keep_layers, results=args.results, resume=args.resume,
+                            progress=progress, messages=args.messages, explain=args.explain,
+                            activations=args.activations, plan_store=args.plan_store, overlap=args.overlap)
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
@@ -98,7 +108,9 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
     if prepared is None:
         with prepared_infer(args) as prepared:
             return run_infer(args, client, prepared)
-    from .. import engine, io
+    from .. import io
+    from ..api import infer
+    from ..engine.options import tuning
 
     bar = Progress(0, "infer", not args.json)
 
@@ -109,21 +121,14 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
 
     try:
         with performance_report(getattr(args, "report", None), client):
-            result = engine.infer(prepared.network, prepared.inputs, client, mode=args.mode,
-                                  partition=args.partition, group_size=args.group_size, images=args.batch,
-                                  chunks=args.chunks, segment=args.segment, sync_every=args.sync_every,
-                                  dtype=args.dtype, backend="gpu" if args.gpu else "cpu", resident=args.resident,
-                                  keep_layers=args.keep_layers, results=args.results, resume=args.resume,
-                                  progress=progress, messages=args.messages, explain=args.explain,
-                                  activations=args.activations, plan_store=args.plan_store, overlap=args.overlap)
+            # dasknn.infer: the one way in, for Python, this command and bench-graphchallenge (it compares with
+            # the truth too)
+            result = infer(prepared.network, prepared.inputs, client, truth=prepared.truth, batch=args.batch,
+                           **tuning(options_of(args, progress)))
     finally:
         bar.close()
-    truth, notes = prepared.truth, prepared.notes
-    cats = result.categories
-    mismatched = None
-    if truth is not None:
-        truth = truth[truth < result.images]
-        mismatched = int(np.setxor1d(cats, truth).size)
+    notes = prepared.notes
+    cats, mismatched = result.categories, result.mismatched
     if args.out:
         io.write_categories(args.out, cats)
     report = {

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from .infer import AWAIT_WORKERS_SECONDS, MAX_RECOVERIES, InferenceResult, checked_arguments, infer
 from .groups import MODES
+from .options import InferenceOptions, options_with
 from .owners import resolve_partition
 from .sizing import MEMORY_SHARE, WEIGHTS_SHARE, WORKER_BASE, chunk_bounds, default_chunks, sync_layers
 from .tasks import write_part_plan_layer
@@ -48,11 +49,13 @@ __all__ = [
     "MODES",
     "WEIGHTS_SHARE",
     "WORKER_BASE",
+    "InferenceOptions",
     "InferenceResult",
     "checked_arguments",
     "chunk_bounds",
     "default_chunks",
     "infer",
+    "options_with",
     "resolve_partition",
     "sync_layers",
     "write_part_plan_layer",

@@ -64,6 +64,8 @@ class Job:
     #: model mode: each layer's outputs that other parts read computed and sent first, the rest while they travel
     #: (:func:`~dasknn.engine.model_mode.model_chunk`)
     overlap: bool = False
+    #: the chunks a resumed run read back from its results store (not run again)
+    done: set[int] = field(default_factory=set)
     #: model and hybrid modes: the partition by parts per group, once resolved (a pass after a lost worker, with
     #: as many parts, reuses it)
     owners: dict[int, np.ndarray] = field(default_factory=dict)

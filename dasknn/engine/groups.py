@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..errors import DasknnError
-from ..modes import DATA, INFERENCE, MODEL
+from ..modes import INFERENCE, group_size_of
 
 #: ``infer``'s modes.
 MODES = INFERENCE
@@ -14,11 +14,4 @@ def check_mode(mode: str, workers: int, group_size: int | None) -> int:
     default 2 where four or more workers divide evenly, else all) in hybrid mode."""
     if mode not in MODES:
         raise DasknnError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if mode == DATA:
-        return 1
-    if mode == MODEL:
-        return workers
-    g = group_size or (2 if workers % 2 == 0 and workers >= 4 else workers)
-    if g < 1 or workers % g:
-        raise DasknnError(f"--group-size {g} must divide the {workers} workers")
-    return g
+    return group_size_of(mode, workers, group_size)

@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DasknnError
-from ..kernels import backend_names
-from ..modes import AUTO, DATA, HYBRID, MODEL
+from ..modes import AUTO, DATA, HYBRID
 from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
 from ..store import location, open_results, open_store, read_results
 from .execute import Job, Pass, execute
 from .groups import check_mode
 from .inputs import InputSource, stored_source
+from .options import InferenceOptions, options_with
 from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, part_stream_keep,
                      partition_fits_worker, predict_modes)
 
@@ -79,32 +79,8 @@ class InferenceResult:
         return n * self.edges / self.seconds if self.seconds > 0 and n > 0 else float("nan")
 
 
-def infer(
-    network: str | os.PathLike[str],
-    inputs: str | os.PathLike[str] | InputSource | None = None,
-    client=None,
-    *,
-    mode: str = "auto",
-    partition: str | np.ndarray = "hypergraph",
-    group_size: int | None = None,
-    images: int | None = None,
-    chunks: int | None = None,
-    segment: int | None = None,
-    sync_every: int = 2,
-    dtype: str = "float64",
-    backend: str = "cpu",
-    resident: bool | None = None,
-    keep_layers: int = 2,
-    results: str | os.PathLike[str] | None = None,
-    resume: bool = False,
-    progress: Callable[[int, int], None] | None = None,
-    messages: str = "compact",
-    explain: bool = False,
-    activations: bool = False,
-    plan_store: str | os.PathLike[str] | None = None,
-    keep_activations: bool = False,
-    overlap: bool = False,
-) -> InferenceResult:
+def infer(network: str | os.PathLike[str], inputs: str | os.PathLike[str] | InputSource | None = None, client=None,
+          options: InferenceOptions | None = None, **changes) -> InferenceResult:
     """Run batch inference of a stored network on stored inputs, on a Dask cluster.
 
     Parameters
@@ -116,106 +92,39 @@ def infer(
         (arrays scattered to the workers, a dask.array's chunks: see :func:`dasknn.infer`).
     client
         A ``distributed.Client``; a local cluster is started (and closed) when None.
-    mode
-        ``"data"``, ``"model"`` or ``"hybrid"`` (see the module's description), or ``"auto"``: the mode the
-        cost model (:mod:`dasknn.cost`) predicts fastest among those whose share of the weights fits.
-    partition
-        For model and hybrid modes: a method of :mod:`dasknn.partition`, a ``.npy`` owners file, or an array.
-        A method's partition is computed once and kept in the store (when it is writable) for the next run. It is
-        computed on a worker of the cluster, not the client, where a worker has the memory for it
-        (:func:`~dasknn.engine.sizing.partition_fits_worker`).
-    group_size
-        Workers per group in hybrid mode (2 by default where the workers divide evenly).
-    images
-        Use only the first ``images`` inputs.
-    chunks
-        Number of image chunks (fixed by a dask.array's row chunks when the inputs are one). By default (:func:`default_chunks`) 2 per worker thread in data mode, so chunks
-        pipeline through the layers, 1 per thread of a group in model and hybrid mode; more where a chunk's
-        activations would not fit in a worker's memory.
-    segment
-        Data mode: layers per task (all by default: no exchange is needed between them).
-    sync_every
-        Model mode: layers between alive-mask exchanges that drop dead images.
-    dtype
-        ``"float64"`` (the default, as on the command line: the published truth is exact in it) or
-        ``"float32"`` (faster; may differ from the truth on a few images that sit on the threshold).
-    backend
-        ``"cpu"`` (NumPy blocks, the Numba kernel) or ``"gpu"`` (CuPy blocks on each worker's GPU, the cuSPARSE
-        kernel; run one worker per GPU, e.g. ``dask_cuda.LocalCUDACluster``), or another backend registered in
-        :mod:`dasknn.kernels.dispatch` (so in the workers too). The kernels are the backend's of the blocks.
-    resident
-        Hold every layer (data mode) or every layer's share of a part (model and hybrid modes) in each worker's
-        memory (fast when it fits), or stream them from the store as they are needed, at most ``keep_layers``
-        at once with the next read ahead (out of core: the weights never all load). Default: resident when a
-        worker's weights take at most a quarter of its memory. Model mode out of core streams each part's
-        columns from a *part plan* (see ``plan_store``), so each worker reads only its share.
-    keep_layers
-        Layers a streaming worker holds at once (the one computing and the one being read ahead). Model and
-        hybrid modes keep one more for each further chunk of a worker where that fits
-        (:func:`~dasknn.engine.sizing.part_stream_keep`), so no chunk reads its part's layers again.
-    results
-        A Zarr results store: each chunk's categories are written there by its worker as it finishes.
-    resume
-        Continue the run that wrote ``results``: chunks already written are read back, not recomputed.
-    progress
-        Called as ``progress(done, total)`` as chunks finish.
-    messages
-        Model mode: ``"compact"`` boundary messages (a nonzero bitmap and the nonzero values, or one value when
-        they are all equal, whichever is smallest) or ``"dense"`` rows.
-    activations
-        Also write each chunk's final activations (the surviving images' last rows) into ``results``, chunk by
-        chunk (read them with :func:`dasknn.store.read_activations`).
-    plan_store
-        Model and hybrid modes out of core: where the part plan is kept (each part's blocks of every layer,
-        indexed into the rows it reads, and its exchange lists), written by the workers once per network and
-        partition and reused after. Default: inside the network store, under ``plans/``. On a cluster of
-        several machines it must be a folder every worker can reach.
-    explain
-        Predict every mode's time with the cost model (:mod:`dasknn.cost`), even where ``mode`` is given; the
-        predictions and the calibration are in the result.
-    keep_activations
-        Keep each chunk's final activations on its worker: the result's ``activations`` is then a dask.array of
-        them (images x neurons, chunked like the chunks).
-    overlap
-        Model and hybrid modes: each part computes the outputs other parts read next first and sends them, then
-        the rest while they travel, so no part waits for another's whole layer (two tasks per part and layer;
-        CPU only; sync layers then at least 2 apart, their masks arriving two layers on). Off by default: on a
-        streamed 65,536-wide network it ran slower, its layer reads no longer hidden in the parts' waits
-        (BENCHMARKS.md).
+    options
+        How to run (:class:`~dasknn.engine.options.InferenceOptions`: the mode, the partition, chunks, dtype, ...).
+    **changes
+        Options given by keyword instead (each a field of :class:`~dasknn.engine.options.InferenceOptions`,
+        over ``options``): ``infer(store, mode="model", dtype="float32")``.
     """
-    path, store, source, count = checked_arguments(
-        network, inputs, images, dtype, sync_every, activations, results, messages, backend, chunks,
-        resume and keep_activations, keep_layers=keep_layers, segment=segment, group_size=group_size)
-    in_path = source.path
-    if client is None:
-        with ensure_client() as c:
-            return infer(path, source, c, mode=mode, partition=partition, group_size=group_size, images=count,
-                         chunks=chunks, segment=segment, sync_every=sync_every, dtype=dtype, backend=backend,
-                         resident=resident, keep_layers=keep_layers, results=results, resume=resume,
-                         progress=progress, messages=messages, explain=explain, activations=activations,
-                         plan_store=plan_store, keep_activations=keep_activations, overlap=overlap)
+    options = options_with(options, changes)
+    path, store, source, count = checked_arguments(network, inputs, options)
+    with ensure_client(client) as c:
+        return _infer_on(c, path, store, source, count, options)
 
-    if overlap and backend != "cpu":
-        raise DasknnError("overlap splits each layer's kernel by columns, which only the CPU kernel does: "
-                          "leave it off with backend='gpu'")
+
+def _infer_on(client, path: str, store, source: InputSource, count: int, o: InferenceOptions) -> InferenceResult:
+    # the run on a client: the mode, the sizes, the job; its passes under the recovery policy; the result
     workers, threads, memory = _cluster(client)
     # every phase on the cluster runs under one policy for lost workers (the probe, the partition, the plan, the
     # loads, the pass): each redoes only what a loss left unfinished
     recovery = Recovery(client, "inference", workers, max_losses=MAX_RECOVERIES, wait_seconds=AWAIT_WORKERS_SECONDS,
                         advice=GIVE_UP_ADVICE)
     # by sizes alone: each worker would hold its share of the weights (values + indices) in memory
-    weight_bytes = store.edges * (np.dtype(dtype).itemsize + 4)
+    weight_bytes = store.edges * (np.dtype(o.dtype).itemsize + 4)
+    mode, group_size, resident = o.mode, o.group_size, o.resident
     predictions: list = []
     calibration = None
-    if mode == AUTO and backend == "gpu":
+    if mode == AUTO and o.backend == "gpu":
         # data mode on GPUs: the cost model is calibrated with the CPU kernels, and model mode's messages cross
         # device -> host -> network -> host -> device every layer (--explain still shows the CPU predictions)
         mode = DATA
-    if mode == AUTO or explain:
+    if mode == AUTO or o.explain:
         # the probe samples the inputs store, or rows in memory: the scattered batch, a dask.array's first chunk
-        sample = in_path if in_path is not None else source.data_for(0)
-        calibration, predictions = _probe(recovery, store, path, sample, count, dtype, weight_bytes, partition, chunks,
-                                          sync_every, resident, explain, group_size if mode == HYBRID else None)
+        sample = source.path if source.path is not None else source.data_for(0)
+        calibration, predictions = _probe(recovery, store, path, sample, count, weight_bytes, o,
+                                          group_size if mode == HYBRID else None)
         if recovery.losses:  # the run is sized for the workers there are now
             workers, threads, memory = _cluster(client, recovery.workers)
     if mode == AUTO:
@@ -228,41 +137,48 @@ def infer(
     g = check_mode(mode, len(workers), group_size)
     if resident is None:
         resident = weight_bytes / g <= WEIGHTS_SHARE * memory
-    if chunks is None:
-        chunks = default_chunks(count, threads, len(workers), g, resident,
-                                lambda width: fits(store, dtype, resident, keep_layers, g, memory, width))
-    bounds = source.bounds or chunk_bounds(count, chunks)
-    done: set[int] = set()
-    if results is not None:
-        results = str(Path(results).resolve())
-        run_desc = {"network": path, "inputs": in_path or source.label, "images": count, "dtype": dtype,
-                    "chunks": bounds}
-        bounds, done = open_results(results, run_desc, resume, activations)
-    width = max(b - a for a, b in bounds)
-    if g > 1 and not resident:
-        # a part's stream keeps a layer more for each further chunk of its worker, where that fits
-        wider = part_stream_keep(keep_layers, len(bounds), len(workers) // g)
-        keep_layers = wider if fits(store, dtype, resident, wider, g, memory, width) else keep_layers
-    job = Job(path=path, source=source, store=store, dtype=dtype, backend=backend, resident=resident,
-              keep_layers=keep_layers, segment=segment, sync_every=sync_every, compact=messages == "compact",
-              results=results, activations=activations, bounds=bounds, partition=partition, progress=progress,
-              plan_store=None if plan_store is None else str(Path(plan_store).resolve()), keep=f"activations-{uuid.uuid4().hex[:8]}" if keep_activations else None,
-              partition_on_cluster=partition_fits_worker(store.neurons, memory),
-              overlap=overlap)
-    check_memory(store, dtype, resident, keep_layers, g, memory, width)
-    todo = [c for c in range(len(bounds)) if c not in done]
+    job = _job(path, store, source, count, o, resident, g, workers, threads, memory)
+    todo = [c for c in range(len(job.bounds)) if c not in job.done]
+    width = max(b - a for a, b in job.bounds)
 
     def check_fits(g: int, ws: list[str]) -> None:
         # after a loss: the work must still fit the workers there are
-        check_memory(store, dtype, resident, keep_layers, g, _cluster(client, ws)[2], width)
+        check_memory(store, o.dtype, resident, job.keep_layers, g, _cluster(client, ws)[2], width)
 
     runs = _run_recovering(client, job, recovery, mode, group_size, todo, check_fits)
-    return _result(job, runs, mode, group_size, count, todo, done, predictions, calibration)
+    return _result(job, runs, mode, group_size, count, todo, job.done, predictions, calibration)
 
 
-def checked_arguments(network, inputs, images: int | None, dtype: str, sync_every: int, activations: bool, results,
-                      messages: str, backend: str, chunks: int | None, keep_resumed: bool, *,
-                      keep_layers: int = 2, segment: int | None = None, group_size: int | None = None) -> tuple:
+def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions, resident: bool, g: int,
+         workers: list[str], threads: int, memory: float) -> Job:
+    # the chunks (and the results store's: a resumed run keeps its chunks), the layers a stream keeps, checked to
+    # fit the workers' memory
+    fit = partial(fits, store, o.dtype, resident)
+    chunks = o.chunks or default_chunks(count, threads, len(workers), g, resident,
+                                        lambda width: fit(o.keep_layers, g, memory, width))
+    bounds = source.bounds or chunk_bounds(count, chunks)
+    done: set[int] = set()
+    results = None if o.results is None else str(Path(o.results).resolve())
+    if results is not None:
+        run_desc = {"network": path, "inputs": source.path or source.label, "images": count, "dtype": o.dtype,
+                    "chunks": bounds}
+        bounds, done = open_results(results, run_desc, o.resume, o.activations)
+    width = max(b - a for a, b in bounds)
+    keep_layers = o.keep_layers
+    if g > 1 and not resident:
+        # a part's stream keeps a layer more for each further chunk of its worker, where that fits
+        wider = part_stream_keep(keep_layers, len(bounds), len(workers) // g)
+        keep_layers = wider if fit(wider, g, memory, width) else keep_layers
+    check_memory(store, o.dtype, resident, keep_layers, g, memory, width)
+    return Job(path=path, source=source, store=store, dtype=o.dtype, backend=o.backend, resident=resident,
+               keep_layers=keep_layers, segment=o.segment, sync_every=o.sync_every, compact=o.messages == "compact",
+               results=results, activations=o.activations, bounds=bounds, partition=o.partition,
+               progress=o.progress, plan_store=None if o.plan_store is None else str(Path(o.plan_store).resolve()),
+               keep=f"activations-{uuid.uuid4().hex[:8]}" if o.keep_activations else None,
+               partition_on_cluster=partition_fits_worker(store.neurons, memory), overlap=o.overlap, done=done)
+
+
+def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:
     """Check :func:`infer`'s arguments without a cluster: what it would refuse, refused first, in one line.
 
     The command line calls it before it starts a cluster, so a wrong path or ``--batch -1`` costs no cluster's
@@ -273,8 +189,7 @@ def checked_arguments(network, inputs, images: int | None, dtype: str, sync_ever
     tuple
         The network's path, its store, the input source and the number of images to run.
     """
-    if dtype not in ("float32", "float64"):
-        raise DasknnError(f"--dtype must be float32 or float64, not {dtype}")
+    options.check()
     path = str(location(network))  # a local store, or a URL the workers read through fsspec
     store = open_store(path, check="metadata")  # the workers check every block they read
     source = inputs if isinstance(inputs, InputSource) else stored_source(
@@ -282,35 +197,23 @@ def checked_arguments(network, inputs, images: int | None, dtype: str, sync_ever
     if source.neurons != store.neurons:
         raise DasknnError(f"the inputs have {source.neurons} pixels per image, the network {store.neurons} neurons",
                           source.label)
-    count = source.images if images is None else images
+    count = source.images if options.images is None else options.images
     if not 1 <= count <= source.images:
         raise DasknnError(f"--batch must be between 1 and {source.images} (the stored images), not {count}")
-    if source.bounds is not None and (count != source.images or chunks is not None):
+    if source.bounds is not None and (count != source.images or options.chunks is not None):
         raise DasknnError("a dask.array's row chunks are the chunks: slice or rechunk the array instead")
-    if keep_resumed:
-        raise DasknnError("keep_activations needs every chunk computed: it cannot resume a run")
-    for option, value in (("--sync-every", sync_every), ("--keep-layers", keep_layers), ("--chunks", chunks),
-                          ("--segment", segment), ("--group-size", group_size)):
-        if value is not None and value < 1:
-            raise DasknnError(f"{option} must be at least 1, not {value}")
-    if activations and results is None:
-        raise DasknnError("--activations needs --results (the store they are written to)")
-    if messages not in ("compact", "dense"):
-        raise DasknnError(f"--messages must be compact or dense, not {messages!r}")
-    if backend not in backend_names():
-        raise DasknnError(f"backend must be {' or '.join(backend_names())}, not {backend!r}")
     return path, store, source, count
 
 
-def _probe(recovery: Recovery, store, path: str, sample, count: int, dtype: str, weight_bytes: int, partition,
-           chunks: int | None, sync_every: int, resident: bool | None, explain: bool, group_size: int | None) -> tuple:
+def _probe(recovery: Recovery, store, path: str, sample, count: int, weight_bytes: int, o: InferenceOptions,
+           group_size: int | None) -> tuple:
     # the cost model's calibration and predictions, measured again on the workers there are if one is lost
     client = recovery.client
 
     def measure(workers: list[str]) -> tuple:
         _, threads, memory = _cluster(client, workers)
-        return predict_modes(client, workers, threads, store, path, sample, count, dtype, memory, weight_bytes,
-                             partition, chunks, sync_every, resident, explain, group_size)
+        return predict_modes(client, workers, threads, store, path, sample, count, o.dtype, memory, weight_bytes,
+                             o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size)
 
     recovery.enter("probe")
     return recovery.run(measure)

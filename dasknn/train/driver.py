@@ -87,10 +87,7 @@ def check_arguments(mode: str, epochs: int, batch: int, lr: float, workers: int,
         raise DasknnError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
     if epochs < 1 or batch < 1 or workers < 1 or not lr > 0:
         raise DasknnError("--epochs, --batch and --workers must be at least 1 and --lr positive")
-    parts = {"single": 1, "data": 1, "model": workers}.get(mode) or group_size or (
-        2 if workers % 2 == 0 and workers >= 4 else workers)
-    if parts < 1 or workers % parts:
-        raise DasknnError(f"--group-size {parts} must divide the {workers} workers")
+    parts = modes.group_size_of(mode, workers, group_size)
     if (checkpoint_every or resume) and checkpoint is None:
         raise DasknnError("--checkpoint-every and --resume need --checkpoint STORE")
     return parts
@@ -243,6 +240,20 @@ def _run_on_cluster(client, recovery: Recovery, start_on_cluster, model: Model, 
     return recovery.run(attempt, on_loss)
 
 
+def _train_on(client, mode: str, layers, partition, parts: int, path: str | None, seed: int, workers: int, job: _Job,
+              backend: str, model: Model) -> tuple[_Outcome, str]:
+    # the run on a cluster: every phase (the partition, the set-up, the steps) under one policy for lost workers
+    recovery = Recovery(client, "training", sorted(workers_info(client)), max_losses=MAX_RESTARTS,
+                        wait_seconds=AWAIT_WORKERS_SECONDS, advice="see the workers' logs")
+    owners, part_name = None, ""
+    if mode != "data":
+        # computed once: a restart after a lost worker reuses it (each part's worker makes its plan from it)
+        recovery.enter("partition")
+        owners, part_name = recovery.run(lambda ws: _owners(layers, partition, parts, path, seed, client))
+    return _run_on_cluster(client, recovery, _runner_factory(client, mode, workers, parts, owners, job, backend),
+                           model, job), part_name
+
+
 def train(
     network,
     data="digits",
@@ -322,16 +333,6 @@ def train(
     model = _start_model(layers, int(y.max()) + 1, neurons, checkpoint, resume, seed=seed, init=init, bias=bias,
                          ymax=ymax, optimizer=optimizer)
     todo = schedule(len(y_tr), batch, epochs, seed)[:max_steps][model.step:]
-    if mode != "single" and client is None:
-        # on GPUs, a dask-cuda cluster: one worker per visible GPU
-        cluster = ({"gpu": True, "workers": None} if backend == "gpu"
-                   else {"workers": min(workers, os.cpu_count() or 1)})
-        with ensure_client(**cluster) as c:
-            return train(network if path is None else path, data, epochs=epochs, batch=batch, lr=lr,
-                         optimizer=optimizer, mode=mode, partition=partition, workers=workers, client=c,
-                         checkpoint_every=checkpoint_every, checkpoint=checkpoint, resume=resume, seed=seed,
-                         bias=bias, ymax=ymax, init=init, max_steps=max_steps, test_share=test_share,
-                         chunk=chunk, group_size=group_size, progress=progress, backend=backend)
     bounds = list(chunk_bounds(model.step, len(todo), chunk, checkpoint_every))
     # the images and labels go to the device once; the batches are taken there
     job = _Job(to_device(np.ascontiguousarray(x_tr.T), backend), to_device(y_tr, backend), todo, bounds, lr,
@@ -340,16 +341,11 @@ def train(
     if mode == "single":
         run = _run_single(model.on(backend), job)
     else:
-        # every phase on the cluster (the partition, the set-up, the steps) runs under one policy for lost workers
-        recovery = Recovery(client, "training", sorted(workers_info(client)), max_losses=MAX_RESTARTS,
-                            wait_seconds=AWAIT_WORKERS_SECONDS, advice="see the workers' logs")
-        owners = None
-        if mode != "data":
-            # computed once: a restart after a lost worker reuses it (each part's worker makes its plan from it)
-            recovery.enter("partition")
-            owners, part_name = recovery.run(lambda ws: _owners(layers, partition, parts, path, seed, client))
-        run = _run_on_cluster(client, recovery, _runner_factory(client, mode, workers, parts, owners, job, backend),
-                              model, job)
+        # without a client, a local cluster for the run (on GPUs a dask-cuda one: a worker per visible GPU)
+        cluster = ({"gpu": True, "workers": None} if backend == "gpu"
+                   else {"workers": min(workers, os.cpu_count() or 1)})
+        with ensure_client(client, **cluster) as c:
+            run, part_name = _train_on(c, mode, layers, partition, parts, path, seed, workers, job, backend, model)
     run.model = run.model.on("cpu")
     if checkpoint is not None and todo:
         save_checkpoint(checkpoint, run.model, {"seed": seed})
