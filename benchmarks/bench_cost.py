@@ -36,7 +36,7 @@ def _case(client, store, inputs, images, truth, modes, title, memory_note=""):
     from dasknn import engine
 
     auto = engine.infer(store, inputs, client, mode="auto", explain=True, images=images)
-    preds = {(p["mode"], p["group_size"]): p for p in auto.predictions}
+    preds = {(p.mode, p.group_size): p for p in auto.predictions}
     rows = []
     measured = {}
     for name, kwargs in modes:
@@ -51,8 +51,8 @@ def _case(client, store, inputs, images, truth, modes, title, memory_note=""):
     fastest = min(measured, key=measured.get)
     print(f"\n{title}{memory_note}: auto picked {auto.mode} (group {auto.group_size}) in {auto.seconds:.2f} s; "
           f"fastest measured: {fastest[0]} (group {fastest[1]}); calibration: "
-          + ", ".join(f"{k} {v:.3g}" for k, v in auto.calibration.items() if isinstance(v, float))
-          + ", kernel_rates by group size " + ", ".join(f"{g}: {v:.3g}" for g, v in auto.calibration["kernel_rates"].items()))
+          + ", ".join(f"{k} {v:.3g}" for k, v in auto.calibration.as_dict().items() if isinstance(v, float))
+          + ", kernel_rates by group size " + ", ".join(f"{g}: {v:.3g}" for g, v in auto.calibration.kernel_rates.items()))
     head = ("mode", "predicted s", "measured s", "error", "edges/s", "mismatched", "bytes between workers")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))

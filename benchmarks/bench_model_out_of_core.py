@@ -72,11 +72,11 @@ def main() -> None:
     m, d = runs["model"], runs["data"]
     rows.append(("model / data time", f"{m.seconds / d.seconds:.2f} (model {'faster' if m.seconds < d.seconds else 'slower'})"))
     for p in predictions:
-        measured = runs[p["mode"]].seconds if p["mode"] in runs else float("nan")
-        rows.append((f"predicted {p['mode']} (compute / exchange / tasks / read)",
-                     f"{p['seconds']:.1f} s ({p['compute']:.1f} / {p['exchange']:.1f} / {p['tasks']:.1f} / "
-                     f"{p['read']:.1f}); measured {measured:.1f} s: {p['seconds'] / measured - 1:+.0%}"))
-    best = cost.cheapest([cost.Prediction(**p) for p in predictions])
+        measured = runs[p.mode].seconds if p.mode in runs else float("nan")
+        rows.append((f"predicted {p.mode} (compute / exchange / tasks / read)",
+                     f"{p.seconds:.1f} s ({p.compute:.1f} / {p.exchange:.1f} / {p.tasks:.1f} / "
+                     f"{p.read:.1f}); measured {measured:.1f} s: {p.seconds / measured - 1:+.0%}"))
+    best = cost.cheapest(predictions)
     faster = "model" if m.seconds < d.seconds else "data"
     rows.append(("--mode auto would pick", f"{best.mode} (the faster measured: {faster})"))
     same = np.array_equal(m.categories, d.categories)

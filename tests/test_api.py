@@ -147,13 +147,13 @@ def test_auto_and_explain_probe_inputs_in_memory(kind, sampled, slice_paths, sli
     images = _images(kind, slice_paths, slice_store, slice_images)
     result = dasknn.infer(slice_store, images, client, truth=slice_truth, mode="auto", explain=True)
     assert result.matches_truth
-    assert {p["mode"] for p in result.predictions} == {"data", "model"}
-    best = min((p for p in result.predictions if p["fits"]), key=lambda p: p["seconds"])
-    assert (result.mode, result.group_size) == (best["mode"], best["group_size"])
+    assert {p.mode for p in result.predictions} == {"data", "model"}
+    best = min((p for p in result.predictions if p.fits), key=lambda p: p.seconds)
+    assert (result.mode, result.group_size) == (best.mode, best.group_size)
     cal = result.calibration
-    assert cal["probe_images"] == sampled and len(cal["alive"]) == cal["probe_layers"]
+    assert cal.probe_images == sampled and len(cal.alive) == cal.probe_layers
     stored = dasknn.infer(slice_store, None, client, batch=sampled, mode="auto", explain=True).calibration
-    assert (cal["alive"], cal["message_factor"]) == (stored["alive"], stored["message_factor"])
+    assert (cal.alive, cal.message_factor) == (stored.alive, stored.message_factor)
 
 
 def test_truth_mismatch_is_reported(slice_store, slice_images, slice_truth, client):

@@ -80,18 +80,18 @@ def test_auto_runs_what_the_model_predicts_cheapest(client, slice_store, slice_t
     engine.resolve_partition(str(slice_store), "hypergraph", 2)  # kept in the store: predicted from it
     result = engine.infer(slice_store, client=client, mode="auto", explain=True, dtype="float64")
     np.testing.assert_array_equal(result.categories, slice_truth)
-    modes = {p["mode"]: p for p in result.predictions}
+    modes = {p.mode: p for p in result.predictions}
     assert set(modes) == {"data", "model"}
-    best = min((p for p in result.predictions if p["fits"]), key=lambda p: p["seconds"])
-    assert (result.mode, result.group_size) == (best["mode"], best["group_size"])
+    best = min((p for p in result.predictions if p.fits), key=lambda p: p.seconds)
+    assert (result.mode, result.group_size) == (best.mode, best.group_size)
     cal = result.calibration
-    assert cal["kernel_rate"] > 0 and cal["transfer_rate"] > 0 and cal["task_seconds"] > 0
-    assert len(cal["alive"]) == cal["probe_layers"] and 0 < cal["alive"][0] <= 1
+    assert cal.kernel_rate > 0 and cal.transfer_rate > 0 and cal.task_seconds > 0
+    assert len(cal.alive) == cal.probe_layers and 0 < cal.alive[0] <= 1
     import os
 
-    assert cal["cores"] == os.cpu_count()  # a local cluster: one machine, counted once
+    assert cal.cores == os.cpu_count()  # a local cluster: one machine, counted once
     # the kernel measured on each mode's blocks, all workers at once
-    assert set(cal["kernel_rates"]) == {1, 2} and all(r > 0 for r in cal["kernel_rates"].values())
+    assert set(cal.kernel_rates) == {1, 2} and all(r > 0 for r in cal.kernel_rates.values())
 
 
 def test_a_measured_kernel_rate_is_the_one_the_mode_uses():
@@ -177,12 +177,12 @@ def test_predicting_model_mode_estimates_its_exchange_from_a_sample(client, fres
     monkeypatch.setitem(cost.PARTITION_RATES, "hypergraph", 1e-12)
     monkeypatch.setattr(cost, "PLAN_RATE", 1e-12)
     result = engine.infer(fresh_store, client=client, mode="data", explain=True, images=200)
-    model = [p for p in result.predictions if p["mode"] == "model"][0]
-    assert model["volumes_from"] == "sample" and model["exchange"] > 0
+    model = [p for p in result.predictions if p.mode == "model"][0]
+    assert model.volumes_from == "sample" and model.exchange > 0
     # the setup this run would pay first is counted in the prediction
     setup = cost.setup_seconds(12 * 1024 * 32, 2, "hypergraph", True, 2)
-    assert setup > 0 and model["setup_seconds"] == pytest.approx(setup, abs=1e-4)  # (rounded in the result)
-    assert model["seconds"] >= model["compute"] + model["exchange"] + model["setup_seconds"]
+    assert setup > 0 and model.setup_seconds == pytest.approx(setup, abs=1e-4)  # (rounded in the result)
+    assert model.seconds >= model.compute + model.exchange + model.setup_seconds
     assert not (fresh_store / "partitions").exists() and result.partition_seconds == 0
 
 
@@ -191,8 +191,8 @@ def test_auto_does_not_partition_for_a_mode_it_does_not_run(client, fresh_store,
     monkeypatch.setitem(cost.PARTITION_RATES, "hypergraph", 1.0)  # a partition would take days: data mode wins
     result = engine.infer(fresh_store, client=client, mode="auto", explain=True, images=200)
     assert result.mode == "data"
-    model = [p for p in result.predictions if p["mode"] == "model"][0]
-    assert model["volumes_from"] == "bound" and model["exchange"] == 0 and model["seconds"] > 1e5
+    model = [p for p in result.predictions if p.mode == "model"][0]
+    assert model.volumes_from == "bound" and model.exchange == 0 and model.seconds > 1e5
     assert not (fresh_store / "partitions").exists()
 
 
@@ -205,8 +205,8 @@ def test_a_stored_partition_is_used_not_recomputed(client, fresh_store, slice_tr
     _no_partitioning(monkeypatch)
     result = engine.infer(fresh_store, client=client, mode="model", explain=True)
     np.testing.assert_array_equal(result.categories, slice_truth)
-    model = [p for p in result.predictions if p["mode"] == "model"][0]
-    assert model["volumes_from"] == "partition" and result.partition_seconds == 0
+    model = [p for p in result.predictions if p.mode == "model"][0]
+    assert model.volumes_from == "partition" and result.partition_seconds == 0
     want = partition.layer_volumes(s.network().layers, owners, parts=2)
     assert result.plan_volume == want.tolist()
 

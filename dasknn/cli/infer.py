@@ -150,8 +150,8 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
         **notes,
     }
     if result.predictions:
-        report["predictions"] = result.predictions
-        report["calibration"] = result.calibration
+        report["predictions"] = [p.as_dict() for p in result.predictions]
+        report["calibration"] = result.calibration.as_dict()
     if result.exchange_bytes:
         # last, the long arrays, one entry a layer: the boundary messages as dense rows, and as Dask recorded the
         # compact ones that crossed

@@ -25,11 +25,12 @@ from .model_mode import model_chunk
 from .owners import partition_owners
 from .sizing import compaction_layer, sync_layers
 from .tasks import (
+    ChunkResult,
     ResultSpec,
-    leading,
+    activations_of,
     load_all_layers,
     load_part_layers,
-    segment_state,
+    without_activations,
     write_part_plan_layer,
 )
 from .worker_run import LayerStreamSpec, PartStreamSpec
@@ -59,8 +60,8 @@ class Job:
     #: memory: :func:`~dasknn.engine.sizing.partition_fits_worker`)
     partition_on_cluster: bool = False
     #: the name of the dask.array of final activations each chunk keeps on its worker (futures in
-    #: :attr:`Pass.kept`), or None
-    keep: str | None = None
+    #: :attr:`Pass.kept`), or None where the run does not keep them
+    activations_name: str | None = None
     #: model mode: each layer's outputs that other parts read computed and sent first, the rest while they travel
     #: (:func:`~dasknn.engine.model_mode.model_chunk`)
     overlap: bool = False
@@ -72,10 +73,27 @@ class Job:
 
 
 @dataclass
+class LayerBytes:
+    """Bytes of the boundary messages, per layer (index k - 1): as dense rows, as built (both measured on the
+    workers as they were packed), and what crossed to other workers (as the exchange counted it)."""
+
+    dense: np.ndarray
+    sent: np.ndarray
+    crossed: np.ndarray
+
+    @classmethod
+    def zeros(cls, depth: int) -> LayerBytes:
+        return cls(*(np.zeros(depth, dtype=np.int64) for _ in range(3)))
+
+    def __add__(self, other: LayerBytes) -> LayerBytes:
+        return LayerBytes(self.dense + other.dense, self.sent + other.sent, self.crossed + other.crossed)
+
+
+@dataclass
 class Pass:
     """One pass over some chunks on one set of workers."""
 
-    chunks: dict[int, tuple] = field(default_factory=dict)  # chunk -> (image ids, alive per sync round)
+    chunks: dict[int, ChunkResult] = field(default_factory=dict)
     plan: Outline | None = None
     group_size: int = 1
     partition_seconds: float = 0.0  # computing the partition (0 when one was given or stored)
@@ -86,7 +104,7 @@ class Pass:
     bytes_sent: int = 0
     bytes_read: int = 0
     plan_bytes: int = 0
-    per_layer: np.ndarray | None = None
+    layer_bytes: LayerBytes | None = None
     kept: dict[int, object] = field(default_factory=dict)  # chunk -> future of its final activations (dense rows)
 
 
@@ -121,7 +139,7 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: 
     policy, which decides what a loss costs) is told each phase as it starts."""
     enter = recovery.enter if recovery is not None else _unnamed
     layout = _Layout(run=uuid.uuid4().hex[:8], groups=[workers[i:i + g] for i in range(0, len(workers), g)])
-    out.group_size, out.per_layer = g, np.zeros((job.store.depth, 3), dtype=np.int64)
+    out.group_size, out.layer_bytes = g, LayerBytes.zeros(job.store.depth)
     try:
         if g > 1:
             _partition(client, job, workers, layout, out, enter)
@@ -207,8 +225,8 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
 
 def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object],
            image_keys: dict[tuple[int, int], str]) -> tuple[PinnedGraph, dict[str, int], dict[int, tuple]]:
-    # every chunk's tasks, by its mode's builder; returns the graph, each chunk's result key and (with job.keep)
-    # each chunk's key of its final activations
+    # every chunk's tasks, by its mode's builder; returns the graph, each chunk's result key and (where the run
+    # keeps them) each chunk's key of its final activations
     store, outline = job.store, layout.outline
     graph = PinnedGraph(layout.run)
     result_keys: dict[str, int] = {}
@@ -221,23 +239,24 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
             weights = layout.part_of[w] if job.resident else LayerStreamSpec(job.path, job.dtype, job.keep_layers)
             key = data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]], store.depth,
                              job.segment or store.depth, store.bias, store.ymax, res,
-                             (a, b - a) if job.keep else None)
+                             (a, b - a) if job.activations_name else None)
         else:
             w = layout.members(i)[0]  # where the categories task runs
             key = model_chunk(graph, c, a, b - a, layout.members(i), outline, layout.part_of,
                               [loaded[image_keys[(c, q)]] for q in range(len(layout.members(i)))], store.depth,
-                              job.sync_every, store.bias, store.ymax, res, job.compact, job.keep, job.overlap)
-        if job.keep:
-            key, kept_keys[c] = _split_kept(graph, w, (job.keep, c, 0), key, 1 if outline is None else 2)
+                              job.sync_every, store.bias, store.ymax, res, job.compact, bool(job.activations_name),
+                              job.overlap)
+        if job.activations_name:
+            key, kept_keys[c] = _split_kept(graph, w, (job.activations_name, c, 0), key)
         result_keys[key] = c
     return graph, result_keys, kept_keys
 
 
-def _split_kept(graph: PinnedGraph, w: str, chunk: tuple[str, int, int], key: str, n: int) -> tuple[str, tuple]:
-    # the chunk's last task returned (its n results..., its final activations): one task for the results (what
-    # the client gathers) and one for the activations, keyed as the dask.array chunk it becomes (they stay put)
-    head = graph.add(w, f"ids-c{chunk[1]}", (leading, ref(key), n))
-    graph.by_worker.setdefault(w, {})[chunk] = (segment_state, ref(key), n)
+def _split_kept(graph: PinnedGraph, w: str, chunk: tuple[str, int, int], key: str) -> tuple[str, tuple]:
+    # the chunk's last task returned its result with its final activations: one task for the result (what the
+    # client gathers) and one for the activations, keyed as the dask.array chunk it becomes (they stay put)
+    head = graph.add(w, f"ids-c{chunk[1]}", (without_activations, ref(key)))
+    graph.by_worker.setdefault(w, {})[chunk] = (activations_of, ref(key))
     return head, chunk
 
 
@@ -253,8 +272,7 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
     out.kept = dict(zip(kept_keys, kept))
 
     def finish(fut) -> None:
-        value = fut.result()
-        out.chunks[result_keys[fut.key]] = (value, []) if layout.outline is None else value
+        out.chunks[result_keys[fut.key]] = fut.result()
         if job.progress is not None:
             job.progress(len(out.chunks), len(futures))
 
@@ -270,9 +288,10 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
     out.bytes_sent = _grown(sent_before, client.run(bytes_sent))
     for figures in client.run(run_figures, layout.run).values():
         for k, (dense, sent) in figures.get("messages", {}).items():
-            out.per_layer[k - 1, :2] += (dense, sent)
+            out.layer_bytes.dense[k - 1] += dense
+            out.layer_bytes.sent[k - 1] += sent
         for k, nbytes in figures.get("crossed", {}).items():  # as the exchange counted them
-            out.per_layer[k - 1, 2] += nbytes
+            out.layer_bytes.crossed[k - 1] += nbytes
         out.bytes_read += figures.get("bytes_read", 0)
 
 
@@ -288,9 +307,9 @@ def _plan_bytes(job: Job, outline: Outline, out: Pass) -> int:
     depth, total = job.store.depth, 0
     itemsize = np.dtype(job.dtype).itemsize
     compacting = [compaction_layer(s, job.overlap) for s in sync_layers(depth, job.sync_every, job.overlap)]
-    for c, (_, alive) in out.chunks.items():
+    for c, result in out.chunks.items():
         width = job.bounds[c][1] - job.bounds[c][0]
-        rounds = iter(alive)
+        rounds = iter(result.alive)
         for k in range(1, depth + 1):
             total += outline.volume(k) * width * itemsize
             if k in compacting:

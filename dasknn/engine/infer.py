@@ -11,11 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..cost import Calibration, Prediction
 from ..errors import DasknnError
 from ..modes import AUTO, DATA, HYBRID
 from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
 from ..store import location, open_results, open_store, read_results
-from .execute import Job, Pass, execute
+from .execute import Job, LayerBytes, Pass, execute
 from .groups import check_mode
 from .inputs import InputSource, stored_source
 from .options import InferenceOptions, options_with
@@ -58,8 +59,8 @@ class InferenceResult:
 
     images_computed: int | None = None
     #: the cost model's predictions (``--mode auto`` or ``explain``) and the rates it used
-    predictions: list[dict] = field(default_factory=list)
-    calibration: dict | None = None
+    predictions: list[Prediction] = field(default_factory=list)
+    calibration: Calibration | None = None
     #: each loss of workers the run survived: who, chunks kept and re-run, seconds waited for workers
     recoveries: list[dict] = field(default_factory=list)
     #: with ``keep_activations``: the final activations, a dask.array (images x neurons) chunked like the
@@ -174,7 +175,7 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
                keep_layers=keep_layers, segment=o.segment, sync_every=o.sync_every, compact=o.messages == "compact",
                results=results, activations=o.activations, bounds=bounds, partition=o.partition,
                progress=o.progress, plan_store=None if o.plan_store is None else str(Path(o.plan_store).resolve()),
-               keep=f"activations-{uuid.uuid4().hex[:8]}" if o.keep_activations else None,
+               activations_name=f"activations-{uuid.uuid4().hex[:8]}" if o.keep_activations else None,
                partition_on_cluster=partition_fits_worker(store.neurons, memory), overlap=o.overlap, done=done)
 
 
@@ -278,8 +279,8 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
     store, passes, bounds = job.store, runs.passes, job.bounds
     last = passes[-1] if passes else None
     plan = last.plan if last else None
-    ids = [runs.finished[c][0] for c in todo]
-    per_layer = sum((p.per_layer for p in passes), np.zeros((store.depth, 3), dtype=np.int64))
+    ids = [runs.finished[c].ids for c in todo]
+    per_layer = sum((p.layer_bytes for p in passes if p.layer_bytes is not None), LayerBytes.zeros(store.depth))
     if done:
         ids.extend(read_results(job.results, done).values())
     cats = np.sort(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64)
@@ -291,14 +292,13 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
         partition_seconds=sum(p.partition_seconds for p in passes), plan_seconds=sum(p.plan_seconds for p in passes),
         tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),
         bytes_sent=sum(p.bytes_sent for p in passes), plan_bytes=sum(p.plan_bytes for p in passes),
-        dense_message_bytes=per_layer[:, 0].tolist() if plan else [],
-        message_bytes=per_layer[:, 1].tolist() if plan else [],
-        exchange_bytes=per_layer[:, 2].tolist() if plan else [], bytes_read=sum(p.bytes_read for p in passes),
+        dense_message_bytes=per_layer.dense.tolist() if plan else [],
+        message_bytes=per_layer.sent.tolist() if plan else [],
+        exchange_bytes=per_layer.crossed.tolist() if plan else [], bytes_read=sum(p.bytes_read for p in passes),
         resident=job.resident, computed_chunks=todo,
         images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
-        predictions=[p.as_dict() for p in predictions],
-        calibration=None if calibration is None else calibration.as_dict(), recoveries=runs.recoveries,
-        activations=_kept_array(job, runs) if job.keep else None,
+        predictions=list(predictions), calibration=calibration, recoveries=runs.recoveries,
+        activations=_kept_array(job, runs) if job.activations_name else None,
     )
 
 
@@ -307,7 +307,7 @@ def _kept_array(job: Job, runs: _Runs):
     import dask.array as da
 
     kept = {c: f for p in runs.passes for c, f in p.kept.items() if c in runs.finished}
-    name = job.keep
+    name = job.activations_name
     graph = {(name, c, 0): kept[c] for c in range(len(job.bounds))}
     rows = tuple(b - a for a, b in job.bounds)
     return da.Array(graph, name, chunks=(rows, (job.store.neurons,)), dtype=job.dtype)

@@ -11,10 +11,10 @@ from .tasks import ResultSpec, StepSpec, categories, first_messages, step, step_
 
 def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: list[str], plan: Outline,
                 part_of: dict[str, object], images: list, depth: int, sync_every: int, bias: float, ymax: float,
-                results: ResultSpec | None, compact: bool, keep: bool = False, overlap: bool = False,
+                results: ResultSpec | None, compact: bool, keep_activations: bool = False, overlap: bool = False,
                 exchange: Exchange | None = None) -> str:
     """Chunk ``c``'s tasks (images ``start`` to ``start + count``) on the parts ``members``; the key of its
-    ``categories-c{c}`` task (which, with ``keep``, returns the chunk's final activations as a third item).
+    ``categories-c{c}`` task (whose result holds, with ``keep_activations``, the chunk's final activations).
 
     The boundary messages go through ``exchange`` (:mod:`dasknn.runtime.exchange`; by default the task exchange
     between ``members``). With ``overlap`` each layer but the last is two tasks per part: ``spmm-l{k}`` computes
@@ -26,7 +26,7 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
     parts = len(members)
     exchange = exchange or exchange_for("tasks", members)
     syncs = set(sync_layers(depth, sync_every, overlap))
-    with_block = keep or (results is not None and results.activations)
+    with_block = keep_activations or (results is not None and results.activations)
     previous: list[str | None] = [None] * parts
     # overlap: by the layer that compacts by them, each part's (sender, argument) of a sync layer's mask
     masks_due: dict[int, dict[int, list[tuple[int, object]]]] = {}
@@ -72,7 +72,7 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
                     graph, key, p, recipients, lambda r, k=k, p=p: f"send-l{k + 1}-p{p}-to{r}-c{c}"))
         inbox = coming
     finals = (plan.neurons, plan.last_outputs) if with_block else None
-    return graph.add(members[0], f"categories-c{c}", (categories, start, count, results, finals, keep,
+    return graph.add(members[0], f"categories-c{c}", (categories, start, count, results, finals, keep_activations,
                                                       *(ref(key) for key in previous)))
 
 

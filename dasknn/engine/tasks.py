@@ -41,6 +41,27 @@ class ResultSpec:
 
 
 @dataclass(frozen=True)
+class ChunkResult:
+    """What a chunk's last task returns: the original indices of its images that survived every layer, how many
+    were alive after each round of alive masks (model mode; the plan's bytes are counted by them), and, where the
+    run keeps them, its final activations as dense rows (images x neurons, the dead images' rows zero)."""
+
+    ids: np.ndarray
+    alive: tuple[int, ...] = ()
+    activations: np.ndarray | None = None
+
+
+def without_activations(result: ChunkResult) -> ChunkResult:
+    """A chunk's result as the client gathers it: its final activations stay on the worker."""
+    return ChunkResult(result.ids, result.alive)
+
+
+def activations_of(result: ChunkResult) -> np.ndarray:
+    """A chunk's final activations (the dask.array chunk the run keeps on the worker)."""
+    return result.activations
+
+
+@dataclass(frozen=True)
 class MessageTag:
     """What a model-mode message is for: chunk ``chunk``'s layer ``layer`` (the rows a part reads there, and after
     a sync layer the sender's alive mask), or, with ``masks``, only a sync layer's mask that an overlapped step's
@@ -141,10 +162,11 @@ def write_part_plan_layer(path: str, plan_path: str, k: int, parts: int) -> np.n
 
 def run_segment(run: str, weights: list[Block] | LayerStreamSpec, yt: np.ndarray, ids: np.ndarray | int, first: int,
                 last: int, bias: float, ymax: float, final: bool, results: ResultSpec | None = None,
-                keep: tuple[int, int] | None = None):
+                rows: tuple[int, int] | None = None):
     # weights: resident blocks, or the spec of a stream (of run ``run``) that reads the layers as they are needed
     # ids: the images' original indices, or (first segment) the chunk's first index
-    # keep: the chunk's (first index, images): the last segment also returns the chunk's final activations
+    # rows: the chunk's (first index, images) where the run keeps its final activations (as dense rows); the last
+    # segment returns a ChunkResult, the others (yt, ids) for the next
     ids = np.arange(ids, ids + yt.shape[1]) if isinstance(ids, int) else ids
     if isinstance(weights, list):
         layers = weights[first - 1:last]
@@ -158,7 +180,7 @@ def run_segment(run: str, weights: list[Block] | LayerStreamSpec, yt: np.ndarray
     if results is not None:
         # written by the worker: a stopped run resumes from here
         write_chunk_result(results.path, results.chunk, ids, _rows_of(yt) if results.activations else None)
-    return ids if keep is None else (ids, dense_rows(yt, ids, *keep))
+    return ChunkResult(ids, (), None if rows is None else dense_rows(yt, ids, *rows))
 
 
 def dense_rows(yt, ids: np.ndarray, start: int, count: int) -> np.ndarray:
@@ -178,24 +200,20 @@ def segment_state(state, part: int):
     return state[part]
 
 
-def leading(out: tuple, n: int):
-    """The first ``n`` items of a task's output (its first item alone when ``n`` is 1)."""
-    return out[0] if n == 1 else out[:n]
-
-
 def _dropped(masks: list[np.ndarray] | None) -> np.ndarray | None:
-    # the images to keep when some died since the last compaction; None when none did (nothing to copy)
+    # the images that survive when some died since the last compaction; None when none did (nothing to copy)
     if not masks:
         return None
-    keep = _keep(masks)
-    return None if keep.all() else keep
+    survivors = _union(masks)
+    return None if survivors.all() else survivors
 
 
-def _keep(masks: list[np.ndarray]) -> np.ndarray:
-    keep = masks[0].copy()
+def _union(masks: list[np.ndarray]) -> np.ndarray:
+    # the images alive in any of the parts' masks
+    union = masks[0].copy()
     for m in masks[1:]:
-        keep |= m
-    return keep
+        union |= m
+    return union
 
 
 def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, images, after, inbox: list,
@@ -217,13 +235,13 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
     messages = spec.exchange.collect(run.endpoint, MessageTag(k, spec.chunk), spec.part, spec.senders, inbox)
     carriers = messages if not spec.mask_senders else spec.exchange.collect(
         run.endpoint, MessageTag(k, spec.chunk, masks=True), spec.part, spec.mask_senders, masked)
-    keep = None
+    survivors = None
     if k > 1 and carriers and carriers[0][0] is not None:
         # a sync layer's masks arrived: every part compacts by the union of all parts' masks
-        keep = _dropped([masks[-1]] + [mask for mask, _ in carriers])
-    if keep is not None:
-        block = kernels.keep_columns(block, keep)  # over the held block itself: nothing else reads it
-    recv = _received(run, spec, pl, block, keep, messages)
+        survivors = _dropped([masks[-1]] + [mask for mask, _ in carriers])
+    if survivors is not None:
+        block = kernels.keep_columns(block, survivors)  # over the held block itself: nothing else reads it
+    recv = _received(run, spec, pl, block, survivors, messages)
     if not spec.split:
         out = run.space(spec.chunk, spec.part, "block", block, (indptr.size - 1, block.shape[1]), 2)
         block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv, out=out)
@@ -290,12 +308,12 @@ def _held_block(run: InferenceRun, spec: StepSpec, k: int) -> tuple:
     return state.block, state.masks
 
 
-def _received(run: InferenceRun, spec: StepSpec, pl: PartLayer, block, keep: np.ndarray | None, inbox: tuple):
+def _received(run: InferenceRun, spec: StepSpec, pl: PartLayer, block, survivors: np.ndarray | None, inbox: tuple):
     # the received rows, stacked by sender, are read in place beside the block: nothing else is copied
     # (messages sent before a sync layer's masks were known hold every image: unpacked whole, then the live
     # images kept in the same space)
     recv = run.space(spec.chunk, spec.part, "received", block,
-                     (received_rows(pl), block.shape[1] if keep is None else keep.size), 1)
+                     (received_rows(pl), block.shape[1] if survivors is None else survivors.size), 1)
     at = 0
     for p, (_, rows) in zip(spec.senders, inbox):
         if p not in pl.recv:
@@ -303,7 +321,7 @@ def _received(run: InferenceRun, spec: StepSpec, pl: PartLayer, block, keep: np.
         n = pl.recv[p].size
         kernels.unpack_rows(rows, recv[at:at + n])
         at += n
-    return recv if keep is None else kernels.keep_columns(recv, keep)
+    return recv if survivors is None else kernels.keep_columns(recv, survivors)
 
 
 def _pack(run: InferenceRun, part, k: int, block, recipients: tuple[int, ...], compact: bool) -> dict[int, tuple]:
@@ -328,28 +346,28 @@ def first_messages(part: list[tuple[PartLayer, Block]] | PartStreamSpec, images,
                          _pack(kept, part, 1, images, recipients, compact))
 
 
-def categories(start: int, count: int, results: ResultSpec | None, finals: tuple | None, keep: bool, *outs: tuple
-               ) -> tuple:
+def categories(start: int, count: int, results: ResultSpec | None, finals: tuple | None, keep_activations: bool,
+               *outs: tuple) -> ChunkResult:
     # outs: each part's last step, (its alive masks at every sync layer, its last block or None); replaying the
-    # compactions round by round gives the surviving images' indices. With keep, the chunk's final activations
-    # (dense rows) come back too, as a third item
+    # compactions round by round gives the surviving images' indices. With keep_activations, the chunk's final
+    # activations (dense rows) come back too
     ids = np.arange(start, start + count)
     alive = []
     rounds = list(zip(*(masks for masks, _ in outs)))
     for masks in rounds:
-        ids = ids[_keep(list(masks))]
+        ids = ids[_union(list(masks))]
         alive.append(int(ids.size))
     yt = _final_block(finals, rounds[-1], [block for _, block in outs]) if finals is not None else None
     if results is not None:
         write_chunk_result(results.path, results.chunk, ids, _rows_of(yt) if results.activations else None)
-    return (ids, alive) if not keep else (ids, alive, dense_rows(yt, ids, start, count))
+    return ChunkResult(ids, tuple(alive), dense_rows(yt, ids, start, count) if keep_activations else None)
 
 
 def _final_block(finals: tuple, masks: tuple, blocks: list) -> np.ndarray:
     # finals: (neurons, each part's output neurons); the last round's masks say which of the blocks' images survive
     neurons, outputs = finals
-    keep = _keep(list(masks))
-    yt = np.zeros((neurons, int(keep.sum())), dtype=kernels.to_host(blocks[0]).dtype)
+    survivors = _union(list(masks))
+    yt = np.zeros((neurons, int(survivors.sum())), dtype=kernels.to_host(blocks[0]).dtype)
     for out, block in zip(outputs, blocks):
-        yt[out] = kernels.to_host(block)[:, keep]
+        yt[out] = kernels.to_host(block)[:, survivors]
     return yt
