@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import DasknnError
 from ..plan import Outline
+from ..runtime.exchange import exchange_for
 from ..runtime.graph import PinnedGraph, ref
 from ..runtime.metrics import bytes_sent
 from ..runtime.recovery import Recovery, WorkersLost, watch
@@ -65,6 +66,8 @@ class Job:
     #: model mode: each layer's outputs that other parts read computed and sent first, the rest while they travel
     #: (:func:`~dasknn.engine.model_mode.model_chunk`)
     overlap: bool = False
+    #: model and hybrid modes: the transport of the boundary messages (:mod:`dasknn.runtime.exchange`)
+    exchange: str = "tasks"
     #: the chunks a resumed run read back from its results store (not run again)
     done: set[int] = field(default_factory=set)
     #: model and hybrid modes: the partition by parts per group, once resolved (a pass after a lost worker, with
@@ -245,7 +248,7 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
             key = model_chunk(graph, c, a, b - a, layout.members(i), outline, layout.part_of,
                               [loaded[image_keys[(c, q)]] for q in range(len(layout.members(i)))], store.depth,
                               job.sync_every, store.bias, store.ymax, res, job.compact, bool(job.activations_name),
-                              job.overlap)
+                              job.overlap, exchange_for(job.exchange, layout.members(i)))
         if job.activations_name:
             key, kept_keys[c] = _split_kept(graph, w, (job.activations_name, c, 0), key)
         result_keys[key] = c

@@ -176,7 +176,8 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
                results=results, activations=o.activations, bounds=bounds, partition=o.partition,
                progress=o.progress, plan_store=None if o.plan_store is None else str(Path(o.plan_store).resolve()),
                activations_name=f"activations-{uuid.uuid4().hex[:8]}" if o.keep_activations else None,
-               partition_on_cluster=partition_fits_worker(store.neurons, memory), overlap=o.overlap, done=done)
+               partition_on_cluster=partition_fits_worker(store.neurons, memory), overlap=o.overlap,
+               exchange=o.exchange, done=done)
 
 
 def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:

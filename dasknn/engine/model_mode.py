@@ -37,6 +37,7 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
             name = f"send-l1-p{p}-to{recipients[0]}-c{c}" if len(recipients) == 1 else f"send-l1-p{p}-c{c}"
             key = graph.add(members[p], name, (first_messages, part_of[members[p]], images[p], recipients,
                                                graph.run, compact, exchange, p, c))
+            previous[p] = key  # (before the part's first step: a transport whose messages no task takes still sends)
             _deliver(inbox, p, recipients,
                      exchange.connect(graph, key, p, recipients, lambda r, p=p: f"send-l1-p{p}-to{r}-c{c}"))
     for k in range(1, depth + 1):

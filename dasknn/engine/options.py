@@ -85,6 +85,9 @@ class InferenceOptions:
         CPU only; sync layers then at least 2 apart, their masks arriving two layers on). Off by default: on a
         streamed 65,536-wide network it ran slower, its layer reads no longer hidden in the parts' waits
         (BENCHMARKS.md).
+    exchange
+        Model and hybrid modes: how the parts' boundary messages travel (a transport of
+        :mod:`dasknn.runtime.exchange`: ``"tasks"``, each message a task result that Dask moves).
     """
 
     mode: str = "auto"
@@ -107,6 +110,7 @@ class InferenceOptions:
     plan_store: str | os.PathLike[str] | None = None
     keep_activations: bool = False
     overlap: bool = False
+    exchange: str = "tasks"
 
     def check(self) -> None:
         """Refuse, in one line each, what no network and no cluster could run."""
@@ -132,6 +136,10 @@ class InferenceOptions:
             raise DasknnError(f"--messages must be compact or dense, not {self.messages!r}")
         if self.backend not in backend_names():
             raise DasknnError(f"backend must be {' or '.join(backend_names())}, not {self.backend!r}")
+        from ..runtime.exchange import EXCHANGES
+
+        if self.exchange not in EXCHANGES:
+            raise DasknnError(f"--exchange must be one of {', '.join(sorted(EXCHANGES))}, not {self.exchange!r}")
         if self.overlap and self.backend != "cpu":
             raise DasknnError("overlap splits each layer's kernel by columns, which only the CPU kernel does: "
                               "leave it off with backend='gpu'")

@@ -172,7 +172,7 @@ def _owners(layers, partition, parts: int, path: str | None, seed: int, client) 
 
 
 def _runner_factory(client, mode: str, workers: int, parts: int, owners: np.ndarray | None, job: _Job,
-                    backend: str):
+                    backend: str, exchange: str = "tasks"):
     # builds the runner on the workers there are now (again after a loss): replicas and parts round-robin; a
     # model read back from a checkpoint goes to the device again
     def start(m: Model):
@@ -184,7 +184,7 @@ def _runner_factory(client, mode: str, workers: int, parts: int, owners: np.ndar
         if mode == "data":
             return DataRunner(client, ws, m, job.xt, job.labels), len(names)
         return ModelRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, owners, job.xt,
-                           job.labels), len(names)
+                           job.labels, exchange), len(names)
 
     return start
 
@@ -241,7 +241,7 @@ def _run_on_cluster(client, recovery: Recovery, start_on_cluster, model: Model, 
 
 
 def _train_on(client, mode: str, layers, partition, parts: int, path: str | None, seed: int, workers: int, job: _Job,
-              backend: str, model: Model) -> tuple[_Outcome, str]:
+              backend: str, model: Model, exchange: str) -> tuple[_Outcome, str]:
     # the run on a cluster: every phase (the partition, the set-up, the steps) under one policy for lost workers
     recovery = Recovery(client, "training", sorted(workers_info(client)), max_losses=MAX_RESTARTS,
                         wait_seconds=AWAIT_WORKERS_SECONDS, advice="see the workers' logs")
@@ -250,8 +250,8 @@ def _train_on(client, mode: str, layers, partition, parts: int, path: str | None
         # computed once: a restart after a lost worker reuses it (each part's worker makes its plan from it)
         recovery.enter("partition")
         owners, part_name = recovery.run(lambda ws: _owners(layers, partition, parts, path, seed, client))
-    return _run_on_cluster(client, recovery, _runner_factory(client, mode, workers, parts, owners, job, backend),
-                           model, job), part_name
+    return _run_on_cluster(client, recovery, _runner_factory(client, mode, workers, parts, owners, job, backend,
+                                                             exchange), model, job), part_name
 
 
 def train(
@@ -279,6 +279,7 @@ def train(
     chunk: int = 50,
     progress: Callable[[int], None] | None = None,
     backend: str = "cpu",
+    exchange: str = "tasks",
 ) -> TrainResult:
     """Train a sparse network (fixed pattern) with a dense classifier head; see the module's description.
 
@@ -313,6 +314,8 @@ def train(
         Steps per submitted task graph.
     progress
         Called with the number of steps done (in all) after every chunk.
+    exchange
+        Model and hybrid mode: how the parts' messages travel (a transport of :mod:`dasknn.runtime.exchange`).
     backend
         ``"cpu"`` (NumPy, Numba kernels) or ``"gpu"`` (the same step on CuPy arrays and the CUDA kernels; single
         and data mode; the checkpoints and the result are on the host).
@@ -345,7 +348,8 @@ def train(
         cluster = ({"gpu": True, "workers": None} if backend == "gpu"
                    else {"workers": min(workers, os.cpu_count() or 1)})
         with ensure_client(client, **cluster) as c:
-            run, part_name = _train_on(c, mode, layers, partition, parts, path, seed, workers, job, backend, model)
+            run, part_name = _train_on(c, mode, layers, partition, parts, path, seed, workers, job, backend, model,
+                                       exchange)
     run.model = run.model.on("cpu")
     if checkpoint is not None and todo:
         save_checkpoint(checkpoint, run.model, {"seed": seed})

@@ -19,27 +19,103 @@ one module here, registered in :data:`EXCHANGES`.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
-from collections.abc import Callable, Hashable
+import time
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Protocol
+
+#: Seconds a part waits for a message before the run ends with one line (a peer that never sends must not hang the
+#: run; a lost worker ends it much sooner, through the recovery policy). ``DASKNN_EXCHANGE_WAIT`` overrides it.
+WAIT_SECONDS = float(os.environ.get("DASKNN_EXCHANGE_WAIT", "600"))
+
+
+class ExchangeFailed(Exception):
+    """The run this endpoint belongs to was failed (a lost worker, its end): a part waiting for messages stops."""
 
 
 class Endpoint:
-    """One run's end of the exchange on one worker: the bytes sent to parts on other workers, by tag."""
+    """One run's end of the exchange on one worker: the bytes sent to parts on other workers, by tag, and (for a
+    transport that delivers messages itself, not as task arguments) the messages delivered here, waiting to be
+    collected, at most once each."""
 
     def __init__(self) -> None:
         self.sent: dict[Hashable, int] = {}
-        self._lock = threading.Lock()
+        self.inbox: dict[tuple[Hashable, int, int], Any] = {}
+        self.delivered: set[tuple[Hashable, int, int]] = set()  # (a retried send is dropped)
+        self.failed: str | None = None
+        self._ready = threading.Condition()
 
     def count(self, tag: Hashable, nbytes: int) -> None:
         """Count ``nbytes`` sent under ``tag`` to a part on another worker."""
-        with self._lock:
+        with self._ready:
             self.sent[tag] = self.sent.get(tag, 0) + int(nbytes)
 
+    def deliver(self, tag: Hashable, sender: int, receiver: int, payload: Any) -> bool:
+        """Keep a message for its receiver; False (and dropped) when it was delivered before."""
+        key = (tag, sender, receiver)
+        with self._ready:
+            if key in self.delivered:
+                return False
+            self.delivered.add(key)
+            self.inbox[key] = payload
+            self._ready.notify_all()
+            return True
+
+    def take(self, tag: Hashable, receiver: int, senders: tuple[int, ...], timeout: float = WAIT_SECONDS) -> list:
+        """The messages of ``senders`` to ``receiver`` under ``tag``, in the senders' order, waiting for them (out of
+        the worker's thread slot) as long as ``timeout``; they are no longer kept."""
+        keys = [(tag, p, receiver) for p in senders]
+        with self._ready:
+            if self.failed is None and all(k in self.inbox for k in keys):  # (no wait: keep the slot)
+                return [self.inbox.pop(k) for k in keys]
+        deadline = time.monotonic() + timeout
+        with seceded(), self._ready:
+            while True:
+                if self.failed is not None:
+                    raise ExchangeFailed(self.failed)
+                missing = [k for k in keys if k not in self.inbox]
+                if not missing:
+                    return [self.inbox.pop(k) for k in keys]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    from ...errors import DasknnError
+
+                    raise DasknnError(f"part {receiver} waited {timeout:.0f} s for the message {tag} from part "
+                                      f"{missing[0][1]}, which never came; see that part's worker's log")
+                self._ready.wait(min(left, 1.0))
+
+    def fail(self, reason: str) -> None:
+        """Fail the run here: every part waiting for a message stops with :class:`ExchangeFailed`."""
+        with self._ready:
+            self.failed = reason
+            self._ready.notify_all()
+
     def close(self) -> None:
-        """Let go of what the endpoint holds."""
-        with self._lock:
+        """Let go of what the endpoint holds (a part still waiting stops)."""
+        self.fail("the run has ended")
+        with self._ready:
             self.sent.clear()
+            self.inbox.clear()
+
+
+@contextlib.contextmanager
+def seceded() -> Iterator[None]:
+    """Inside a task, leave the worker's thread slot while waiting, and take one again after: a part that waits for
+    messages must not hold the slot the task sending them may need (several chunks on a one-thread worker)."""
+    try:
+        from distributed import get_worker, rejoin, secede
+
+        get_worker()
+    except (ImportError, ValueError):  # not in a Dask task: nothing to leave
+        yield
+        return
+    secede()
+    try:
+        yield
+    finally:
+        rejoin()
 
 
 class Exchange(Protocol):
@@ -76,6 +152,12 @@ def _tasks(workers: tuple[str, ...]) -> Exchange:
 
 #: The transports by name: each makes its exchange for the workers of the parts.
 EXCHANGES: dict[str, Callable[[tuple[str, ...]], Exchange]] = {"tasks": _tasks}
+
+
+def register_exchange(name: str, make: Callable[[tuple[str, ...]], Exchange]) -> None:
+    """Make the transport ``make`` (given the parts' workers, it returns an :class:`Exchange`) available as
+    ``name``. Its exchanges travel to the workers inside the tasks' specs: their class must import there."""
+    EXCHANGES[name] = make
 
 
 def exchange_for(name: str, workers: list[str] | tuple[str, ...]) -> Exchange:

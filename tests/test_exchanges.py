@@ -1,0 +1,93 @@
+"""The exchange's shared tests: every transport of :mod:`dasknn.runtime.exchange` runs model- and hybrid-mode inference
+and training to the same results. One suite (:class:`ExchangeChecks`), subclassed per transport: the task exchange
+(``tasks``) and, in the tests only, a toy that passes messages as files (``tests/toy_exchange.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import toy_exchange
+from dasknn import engine, generate, store
+from dasknn.runtime.exchange import EXCHANGES
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def client4():
+    """A local cluster of 4 single-threaded workers (parts that send to several others)."""
+    from dasknn.cluster import local_client
+
+    with local_client(workers=4, threads_per_worker=1) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def train_network(tmp_path_factory):
+    pytest.importorskip("sklearn")  # the digits
+    return generate.write(tmp_path_factory.mktemp("net") / "net4.zarr", 1024, 4, seed=1)
+
+
+class ExchangeChecks:
+    """What every transport must do; a subclass names it in ``exchange``."""
+
+    exchange = ""
+
+    @pytest.fixture(autouse=True)
+    def _registered(self):
+        toy_exchange.register()
+        yield
+        EXCHANGES.pop("folder", None)
+
+    def test_model_mode_gives_the_truth_and_counts_what_crossed(self, client, slice_store, slice_truth):
+        result = engine.infer(slice_store, client=client, mode="model", partition="random", exchange=self.exchange)
+        np.testing.assert_array_equal(result.categories, slice_truth)
+        crossed = np.array(result.exchange_bytes)
+        volume = np.array(result.plan_volume)
+        assert crossed[volume > 0].min() > 0 and crossed[volume == 0].max(initial=0) == 0
+
+    def test_parts_sending_to_several_and_overlapped_steps(self, client4, slice_store, slice_truth):
+        for overlap in (False, True):
+            result = engine.infer(slice_store, client=client4, mode="model", partition="random",
+                                  exchange=self.exchange, overlap=overlap, sync_every=3, chunks=2)
+            np.testing.assert_array_equal(result.categories, slice_truth)
+        hybrid = engine.infer(slice_store, client=client4, mode="hybrid", group_size=2, partition="block",
+                              exchange=self.exchange, chunks=4)
+        np.testing.assert_array_equal(hybrid.categories, slice_truth)
+
+    def test_many_chunks_on_one_thread_workers_finish(self, client, slice_store, slice_truth):
+        # more chunks than a worker has threads: a part waiting for a message must not starve the one sending it
+        result = engine.infer(slice_store, client=client, mode="model", partition="random", exchange=self.exchange,
+                              chunks=12)
+        np.testing.assert_array_equal(result.categories, slice_truth)
+
+    def test_kept_activations_equal_the_reference(self, client, slice_store):
+        from dasknn import reference
+
+        net = store.open_store(slice_store).network()
+        images = store.open_inputs(slice_store).rows(0, 200)
+        expected = reference.infer(net.layers, images, net.bias, net.ymax, np.float64)
+        result = engine.infer(slice_store, client=client, mode="model", partition="random", images=200, chunks=2,
+                              exchange=self.exchange, keep_activations=True)
+        np.testing.assert_array_equal(result.activations.compute(scheduler=client), expected.toarray())
+
+    @pytest.mark.parametrize("mode,workers,group_size", [("model", 2, None), ("model", 4, None), ("hybrid", 4, 2)])
+    def test_training_gives_the_single_process_losses(self, client4, train_network, mode, workers, group_size):
+        from dasknn.train import train
+
+        kw = dict(epochs=1, batch=64, max_steps=8, chunk=4, optimizer="adam", lr=1e-3, seed=3)
+        single = train(str(train_network), "digits", mode="single", **kw)
+        run = train(str(train_network), "digits", mode=mode, workers=workers, group_size=group_size, client=client4,
+                    partition="random", exchange=self.exchange, **kw)
+        np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12, atol=0)
+        for a, b in zip(run.model.params, single.model.params):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-15)
+
+
+class TestTaskExchange(ExchangeChecks):
+    exchange = "tasks"
+
+
+class TestFolderExchange(ExchangeChecks):
+    exchange = "folder"
