@@ -188,6 +188,7 @@ def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass,
         for members in layout.groups:
             layout.part_of.update({w: PartStreamSpec(plan_path, q, job.dtype, job.keep_layers)
                                    for q, w in enumerate(members)})
+    exchange_for(job.exchange, layout.groups[0]).prepare(client)  # (what the transport needs on the workers)
     out.plan = layout.outline
 
 

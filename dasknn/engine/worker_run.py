@@ -108,9 +108,12 @@ class InferenceRun:
     streams: dict[StreamSpec, ReadAhead] = field(default_factory=dict)
     #: the boundary messages built here, by the layer they are for
     messages: dict[int, MessageBytes] = field(default_factory=dict)
-    #: the run's end of the exchange here (what it sent to parts on other workers, by message tag)
-    endpoint: Endpoint = field(default_factory=Endpoint)
+    #: the run's end of the exchange here (what it sent to parts on other workers, by message tag; what reached it)
+    endpoint: Endpoint = field(init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.endpoint = Endpoint(self.spec)
 
     def stream(self, spec: StreamSpec) -> ReadAhead:
         """The run's stream of ``spec``, opened on first use."""

@@ -12,8 +12,11 @@ module knows no layers.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import Any, Protocol
 
+#: Runs a registry remembers as closed (late messages for them are dropped, not made into a new run).
+CLOSED_KEPT = 1024
 #: The registry's name among a worker's extensions.
 RUNS_EXTENSION = "dasknn-runs"
 
@@ -37,6 +40,8 @@ class Runs:
 
     def __init__(self) -> None:
         self._runs: dict[str, RunObject] = {}
+        #: the runs closed here lately (a late message for one must not bring it back)
+        self._closed: deque[str] = deque(maxlen=CLOSED_KEPT)
         self._lock = threading.Lock()
 
     def get(self, spec: RunSpec) -> Any:
@@ -47,6 +52,13 @@ class Runs:
                 found = self._runs[spec.run] = spec.open()
             return found
 
+    def get_open(self, spec: RunSpec) -> Any | None:
+        """:meth:`get`, but None for a run closed here already."""
+        with self._lock:
+            if spec.run in self._closed:
+                return None
+        return self.get(spec)
+
     def find(self, run: str) -> Any | None:
         """The object of ``run`` if this process has one."""
         with self._lock:
@@ -56,6 +68,7 @@ class Runs:
         """Close the object of ``run`` (if any) and forget it; return it, closed."""
         with self._lock:
             found = self._runs.pop(run, None)
+            self._closed.append(run)
         if found is not None:
             found.close()
         return found

@@ -215,6 +215,7 @@ class ModelRunner:
         self.workers = [w for ws in groups for w in ws]
         self.run_id, self.graphs = uuid.uuid4().hex[:8], 0
         self.exchanges = [exchange_for(exchange, ws) for ws in groups]
+        self.exchanges[0].prepare(client)  # (what the transport needs on the workers)
         arrays, self.positions = split_model(model, owners)
         everywhere = sorted(set(self.workers))
         [shared] = client.scatter([(owners, model.patterns)], broadcast=True, workers=everywhere, hash=False)

@@ -49,7 +49,10 @@ class TrainRun:
     work: dict[tuple[int, int, int], StepWork] = field(default_factory=dict)
     #: each group's loss of each step (part 0's worker), by (step, group)
     losses: dict[tuple[int, int], float] = field(default_factory=dict)
-    endpoint: Endpoint = field(default_factory=Endpoint)
+    endpoint: Endpoint = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.endpoint = Endpoint(self.spec)
 
     def part(self, group: int, q: int) -> TrainPart:
         """Part ``q`` of group ``group``, made here by its set-up task."""

@@ -13,8 +13,9 @@ An exchange is a frozen description (:class:`Exchange`: its name, and the worker
 Each run keeps one :class:`Endpoint` per worker (in its run object): the bytes each tag sent to parts on other
 workers, counted by the exchange itself, so no one reads transfers back from task keys.
 
-One module per transport: :mod:`.tasks` (messages are task results, moved by Dask; the default). A new transport is
-one module here, registered in :data:`EXCHANGES`.
+One module per transport: :mod:`.tasks` (messages are task results, moved by Dask) and :mod:`.p2p` (messages pushed
+worker to worker over Dask's comms, the scheduler out of the exchange). A new transport is one module here,
+registered in :data:`EXCHANGES`.
 """
 
 from __future__ import annotations
@@ -40,10 +41,14 @@ class Endpoint:
     transport that delivers messages itself, not as task arguments) the messages delivered here, waiting to be
     collected, at most once each."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: Any = None) -> None:
+        #: the spec of the run it belongs to (a message to another worker carries it, to find the run there)
+        self.owner = owner
         self.sent: dict[Hashable, int] = {}
-        self.inbox: dict[tuple[Hashable, int, int], Any] = {}
+        self.inbox: dict[tuple[Hashable, int, int], tuple[Any, int]] = {}  # message, and its bytes
         self.delivered: set[tuple[Hashable, int, int]] = set()  # (a retried send is dropped)
+        self.waiting: set[tuple[Hashable, int]] = set()  # (tag, receiver) a part waits for now
+        self.unread_bytes = 0
         self.failed: str | None = None
         self._ready = threading.Condition()
 
@@ -52,16 +57,30 @@ class Endpoint:
         with self._ready:
             self.sent[tag] = self.sent.get(tag, 0) + int(nbytes)
 
-    def deliver(self, tag: Hashable, sender: int, receiver: int, payload: Any) -> bool:
-        """Keep a message for its receiver; False (and dropped) when it was delivered before."""
+    def deliver(self, tag: Hashable, sender: int, receiver: int, payload: Any, nbytes: int = 0) -> bool:
+        """Keep a message (of ``nbytes``) for its receiver; False (and dropped) when it was delivered before."""
         key = (tag, sender, receiver)
         with self._ready:
             if key in self.delivered:
                 return False
             self.delivered.add(key)
-            self.inbox[key] = payload
+            self.inbox[key] = (payload, nbytes)
+            self.unread_bytes += nbytes
             self._ready.notify_all()
             return True
+
+    def awaits(self, tag: Hashable, receiver: int) -> bool:
+        """Whether a part here waits for messages under ``tag`` now (they are let in past a full buffer)."""
+        return (tag, receiver) in self.waiting
+
+    def _pop(self, keys: list) -> list:
+        # the messages of keys, no longer kept (the lock held)
+        out = []
+        for k in keys:
+            payload, nbytes = self.inbox.pop(k)
+            self.unread_bytes -= nbytes
+            out.append(payload)
+        return out
 
     def take(self, tag: Hashable, receiver: int, senders: tuple[int, ...], timeout: float = WAIT_SECONDS) -> list:
         """The messages of ``senders`` to ``receiver`` under ``tag``, in the senders' order, waiting for them (out of
@@ -69,7 +88,8 @@ class Endpoint:
         keys = [(tag, p, receiver) for p in senders]
         with self._ready:
             if self.failed is None and all(k in self.inbox for k in keys):  # (no wait: keep the slot)
-                return [self.inbox.pop(k) for k in keys]
+                return self._pop(keys)
+            self.waiting.add((tag, receiver))
         deadline = time.monotonic() + timeout
         with seceded(), self._ready:
             while True:
@@ -77,7 +97,8 @@ class Endpoint:
                     raise ExchangeFailed(self.failed)
                 missing = [k for k in keys if k not in self.inbox]
                 if not missing:
-                    return [self.inbox.pop(k) for k in keys]
+                    self.waiting.discard((tag, receiver))
+                    return self._pop(keys)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     from ...errors import DasknnError
@@ -98,6 +119,7 @@ class Endpoint:
         with self._ready:
             self.sent.clear()
             self.inbox.clear()
+            self.unread_bytes = 0
 
 
 @contextlib.contextmanager
@@ -126,6 +148,9 @@ class Exchange(Protocol):
     #: the worker of each part, by part
     workers: tuple[str, ...]
 
+    def prepare(self, client) -> None:
+        """Graph side, before a graph that uses it is submitted: set up what the transport needs on the workers."""
+
     def connect(self, graph, key: str, sender: int, recipients: tuple[int, ...], pick_name: Callable[[int], str],
                 personal: bool = True) -> dict[int, Any]:
         """Graph side: task ``key``, on part ``sender``'s worker, sends to ``recipients`` (each its own message, or,
@@ -150,8 +175,14 @@ def _tasks(workers: tuple[str, ...]) -> Exchange:
     return TaskExchange(workers)
 
 
+def _p2p(workers: tuple[str, ...]) -> Exchange:
+    from .p2p import PeerExchange
+
+    return PeerExchange(workers)
+
+
 #: The transports by name: each makes its exchange for the workers of the parts.
-EXCHANGES: dict[str, Callable[[tuple[str, ...]], Exchange]] = {"tasks": _tasks}
+EXCHANGES: dict[str, Callable[[tuple[str, ...]], Exchange]] = {"tasks": _tasks, "p2p": _p2p}
 
 
 def register_exchange(name: str, make: Callable[[tuple[str, ...]], Exchange]) -> None:

@@ -27,6 +27,9 @@ class TaskExchange:
     workers: tuple[str, ...]
     name: ClassVar[str] = "tasks"
 
+    def prepare(self, client) -> None:
+        return None  # Dask moves the messages: nothing to set up
+
     def connect(self, graph, key: str, sender: int, recipients: tuple[int, ...], pick_name: Callable[[int], str],
                 personal: bool = True) -> dict[int, Any]:
         if len(recipients) == 1 or not personal:  # (what all share is the task's result itself)
