@@ -48,6 +48,15 @@ class ExchangeChecks:
         volume = np.array(result.plan_volume)
         assert crossed[volume > 0].min() > 0 and crossed[volume == 0].max(initial=0) == 0
 
+    @pytest.mark.parametrize("messages", ["dense", "compact"])
+    def test_what_crossed_is_what_was_built_and_the_plan(self, client, slice_store, messages):
+        result = engine.infer(slice_store, client=client, mode="model", partition="random", sync_every=3, chunks=3,
+                              messages=messages, exchange=self.exchange)
+        assert sum(result.dense_message_bytes) == result.plan_bytes > 0
+        assert result.bytes_sent == pytest.approx(sum(result.message_bytes), rel=0.10)
+        for k, (crossed, built) in enumerate(zip(result.exchange_bytes, result.message_bytes), start=1):
+            assert crossed == pytest.approx(built, rel=0.10, abs=200 * 3), k
+
     def test_parts_sending_to_several_and_overlapped_steps(self, client4, slice_store, slice_truth):
         for overlap in (False, True):
             result = engine.infer(slice_store, client=client4, mode="model", partition="random",
@@ -84,6 +93,20 @@ class ExchangeChecks:
         np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12, atol=0)
         for a, b in zip(run.model.params, single.model.params):
             np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-15)
+
+
+    def test_a_task_runs_a_segment_of_layers_where_the_transport_allows(self, client4, slice_store, slice_truth):
+        # a transport that delivers messages itself: K tasks per segment of layers, K sends and a categories task
+        # per chunk; a transport whose messages are task results: a task per part and layer at least
+        depth, parts, chunks = store.open_store(slice_store).depth, 4, 2
+        result = engine.infer(slice_store, client=client4, mode="model", partition="random", exchange=self.exchange,
+                              segment=5, chunks=chunks)
+        np.testing.assert_array_equal(result.categories, slice_truth)
+        per_chunk = result.tasks / chunks
+        if EXCHANGES[self.exchange]((None,) * parts).carries_messages:
+            assert per_chunk >= parts * depth
+        else:
+            assert per_chunk <= parts * -(-depth // 5) + 4 * parts
 
 
 class TestTaskExchange(ExchangeChecks):

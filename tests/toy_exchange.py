@@ -25,6 +25,7 @@ class FolderExchange:
     workers: tuple[str, ...]
     folder: str
     name: ClassVar[str] = "folder"
+    carries_messages: ClassVar[bool] = False
 
     def prepare(self, client) -> None:
         return None  # the folder is there

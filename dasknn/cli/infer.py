@@ -85,7 +85,8 @@ def options_of(args: argparse.Namespace, progress=None):
                             backend="gpu" if args.gpu else "cpu", resident=args.resident,
                             keep_layers=args.keep_layers, results=args.results, resume=args.resume,
                             progress=progress, messages=args.messages, explain=args.explain,
-                            activations=args.activations, plan_store=args.plan_store, overlap=args.overlap)
+                            activations=args.activations, plan_store=args.plan_store, overlap=args.overlap,
+                            exchange=args.exchange)
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
@@ -189,13 +190,18 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--messages", choices=("compact", "dense"), default="compact",
                    help="model mode: boundary messages as a nonzero bitmap and values, or one value when all are "
                         "equal, whichever is smallest (compact, default), or as dense rows")
+    f.add_argument("--exchange", choices=("tasks", "p2p"), default="tasks",
+                   help="model/hybrid: how boundary messages travel: as task results Dask moves (tasks, default: a "
+                        "task per part and layer) or pushed worker to worker over Dask's comms (p2p: a task per "
+                        "part and segment of layers, the scheduler out of the exchange)")
     f.add_argument("--partition", default="hypergraph",
                    help="model/hybrid: a method (hypergraph, hypergraph-shared, hypergraph-layered, block, random) "
                         "or an owners .npy file (default hypergraph)")
     f.add_argument("--group-size", type=int, help="hybrid: workers per group (default 2)")
     f.add_argument("--chunks", type=int, help="number of image chunks (default: 2 per worker thread in data mode, "
                    "1 per thread of a group in model and hybrid mode, more if a chunk would not fit in memory)")
-    f.add_argument("--segment", type=int, help="data mode: layers per task (default: all)")
+    f.add_argument("--segment", type=int, help="layers per task: data mode, and model mode with --exchange p2p "
+                   "(default: all)")
     f.add_argument("--sync-every", type=int, default=2,
                    help="model mode: layers between exchanges of alive masks that drop dead images (default 2)")
     f.add_argument("--overlap", action="store_true",

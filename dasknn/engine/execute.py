@@ -246,10 +246,13 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
                              (a, b - a) if job.activations_name else None)
         else:
             w = layout.members(i)[0]  # where the categories task runs
+            exchange = exchange_for(job.exchange, layout.members(i))
+            # a transport that delivers messages itself lets a task run many layers (all by default)
+            segment = 1 if exchange.carries_messages else (job.segment or store.depth)
             key = model_chunk(graph, c, a, b - a, layout.members(i), outline, layout.part_of,
                               [loaded[image_keys[(c, q)]] for q in range(len(layout.members(i)))], store.depth,
                               job.sync_every, store.bias, store.ymax, res, job.compact, bool(job.activations_name),
-                              job.overlap, exchange_for(job.exchange, layout.members(i)))
+                              job.overlap, exchange, segment)
         if job.activations_name:
             key, kept_keys[c] = _split_kept(graph, w, (job.activations_name, c, 0), key)
         result_keys[key] = c
@@ -296,6 +299,9 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
             out.layer_bytes.sent[k - 1] += sent
         for k, nbytes in figures.get("crossed", {}).items():  # as the exchange counted them
             out.layer_bytes.crossed[k - 1] += nbytes
+    if layout.outline is not None and not exchange_for(job.exchange, workers).carries_messages:
+        # a transport that pushes messages itself does so past Dask's transfer counters: what it counted
+        out.bytes_sent += int(out.layer_bytes.crossed.sum())
         out.bytes_read += figures.get("bytes_read", 0)
 
 

@@ -6,28 +6,32 @@ from ..plan import Outline
 from ..runtime.exchange import Exchange, exchange_for
 from ..runtime.graph import PinnedGraph, ref, refs_of
 from .sizing import compaction_layer, sync_layers
-from .tasks import ResultSpec, StepSpec, categories, first_messages, step, step_rest
+from .tasks import ResultSpec, StepSpec, categories, first_messages, step, step_rest, step_segment
 
 
 def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: list[str], plan: Outline,
                 part_of: dict[str, object], images: list, depth: int, sync_every: int, bias: float, ymax: float,
                 results: ResultSpec | None, compact: bool, keep_activations: bool = False, overlap: bool = False,
-                exchange: Exchange | None = None) -> str:
+                exchange: Exchange | None = None, segment: int = 1) -> str:
     """Chunk ``c``'s tasks (images ``start`` to ``start + count``) on the parts ``members``; the key of its
     ``categories-c{c}`` task (whose result holds, with ``keep_activations``, the chunk's final activations).
 
     The boundary messages go through ``exchange`` (:mod:`dasknn.runtime.exchange`; by default the task exchange
-    between ``members``). With ``overlap`` each layer but the last is two tasks per part: ``spmm-l{k}`` computes
-    the outputs other parts read next and sends them, ``spmm-rest-l{k}`` the others while the messages travel, so
-    no part waits for another's whole layer. Their alive masks then reach the others two layers on
-    (``sync_layers``)."""
+    between ``members``). Each part runs ``segment`` layers per task: one (``spmm-l{k}-p{q}-c{c}``) where the
+    messages are task results, so that a layer's task takes what the others sent; several
+    (``spmm-l{a}-{b}-p{q}-c{c}``) with a transport that delivers them itself, whose tasks exchange as they go.
+    With ``overlap`` each layer but the last computes the outputs other parts read next first and sends them, then
+    the others while the messages travel (``spmm-rest-l{k}`` tasks where a layer is a task), so no part waits for
+    another's whole layer. Their alive masks then reach the others two layers on (``sync_layers``)."""
     # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures).
-    # One task per part and layer (two with overlap): it computes the layer and packs what others need of it next.
     parts = len(members)
     exchange = exchange or exchange_for("tasks", members)
+    if segment > 1 and exchange.carries_messages:
+        raise ValueError(f"the {exchange.name} exchange carries messages as task results: one layer per task")
     syncs = set(sync_layers(depth, sync_every, overlap))
     with_block = keep_activations or (results is not None and results.activations)
     previous: list[str | None] = [None] * parts
+    pending: list[list[StepSpec]] = [[] for _ in range(parts)]  # a segment's steps, by part, until its last layer
     # overlap: by the layer that compacts by them, each part's (sender, argument) of a sync layer's mask
     masks_due: dict[int, dict[int, list[tuple[int, object]]]] = {}
     inbox: dict[int, list[tuple[int, object]]] = {q: [] for q in range(parts)}  # (sender, argument), coming layer
@@ -57,17 +61,28 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
                             senders=tuple(s for s, _ in inbox[p]), recipients=recipients, sync=sync, final=final,
                             with_block=with_block, compact=compact, split=split,
                             mask_senders=tuple(s for s, _ in masked), exchange=exchange)
-            key = graph.add(members[p], f"spmm-l{k}-p{p}-c{c}", (
-                step, part_of[members[p]], spec, images[p] if k == 1 else None,
-                None if previous[p] is None else ref(previous[p]), _args(inbox[p]), _args(masked)))
-            previous[p] = key
-            if split:
-                previous[p] = graph.add(members[p], f"spmm-rest-l{k}-p{p}-c{c}",
-                                        (step_rest, part_of[members[p]], spec, ref(key)))
-                if sync:
-                    others = tuple(q for q in range(parts) if q != p)
-                    _deliver(masks_due.setdefault(compaction_layer(k, overlap), {q: [] for q in range(parts)}), p,
-                             others, exchange.connect(graph, previous[p], p, others, str, personal=False))
+            after = None if previous[p] is None else ref(previous[p])
+            if segment == 1:
+                key = previous[p] = graph.add(members[p], f"spmm-l{k}-p{p}-c{c}", (
+                    step, part_of[members[p]], spec, images[p] if k == 1 else None, after, _args(inbox[p]),
+                    _args(masked)))
+                if split:
+                    previous[p] = graph.add(members[p], f"spmm-rest-l{k}-p{p}-c{c}",
+                                            (step_rest, part_of[members[p]], spec, ref(key)))
+            else:
+                pending[p].append(spec)
+                if final or k % segment == 0:  # the segment's last layer: its task
+                    first = pending[p][0].k
+                    key = previous[p] = graph.add(members[p], f"spmm-l{first}-{k}-p{p}-c{c}", (
+                        step_segment, part_of[members[p]], tuple(pending[p]), images[p] if first == 1 else None,
+                        after))
+                    pending[p] = []
+                else:
+                    key = ""  # (no task yet: the transport needs none to send)
+            if split and sync:
+                others = tuple(q for q in range(parts) if q != p)
+                _deliver(masks_due.setdefault(compaction_layer(k, overlap), {q: [] for q in range(parts)}), p,
+                         others, exchange.connect(graph, previous[p], p, others, str, personal=False))
             if recipients:
                 _deliver(coming, p, recipients, exchange.connect(
                     graph, key, p, recipients, lambda r, k=k, p=p: f"send-l{k + 1}-p{p}-to{r}-c{c}"))

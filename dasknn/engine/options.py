@@ -36,7 +36,9 @@ class InferenceOptions:
         pipeline through the layers, 1 per thread of a group in model and hybrid mode; more where a chunk's
         activations would not fit in a worker's memory.
     segment
-        Data mode: layers per task (all by default: no exchange is needed between them).
+        Layers per task: in data mode (all by default: no exchange is needed between them), and in model and
+        hybrid modes with a transport that delivers the messages itself (``exchange="p2p"``; all by default: a
+        part runs a chunk's layers in one task, exchanging as it goes).
     sync_every
         Model mode: layers between alive-mask exchanges that drop dead images.
     dtype
@@ -87,7 +89,9 @@ class InferenceOptions:
         (BENCHMARKS.md).
     exchange
         Model and hybrid modes: how the parts' boundary messages travel (a transport of
-        :mod:`dasknn.runtime.exchange`: ``"tasks"``, each message a task result that Dask moves).
+        :mod:`dasknn.runtime.exchange`): ``"tasks"``, each message a task result that Dask moves (a task per part
+        and layer, a pick per further recipient), or ``"p2p"``, pushed worker to worker over Dask's comms (a task
+        per part and segment of layers; the scheduler out of the exchange).
     """
 
     mode: str = "auto"

@@ -272,6 +272,19 @@ def step_rest(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSp
     return _stepped(run, part, spec, out, state.masks, send=False)
 
 
+def step_segment(part: list[tuple[PartLayer, Block]] | PartStreamSpec, specs: tuple[StepSpec, ...], images,
+                 after) -> object:
+    """Part ``specs[0].part``'s layers ``specs[0].k`` to ``specs[-1].k`` of one chunk in one task (a transport that
+    delivers the messages itself: each layer sends and receives as it goes, :func:`step` by :func:`step`). Returns
+    what the last layer's step returns."""
+    out = None
+    for spec in specs:
+        out = step(part, spec, images if spec.k == 1 else None, None, [], [])
+        if spec.split:
+            out = step_rest(part, spec, out)
+    return out
+
+
 def _stepped(run: InferenceRun, part, spec: StepSpec, block, masks: list, send: bool = True) -> object:
     # after a layer: the mask of a sync layer, the block held for the next step (or returned by the last), and
     # the messages for the next layer (send), or (an overlapped step's second half) the mask alone

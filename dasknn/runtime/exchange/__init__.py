@@ -145,6 +145,9 @@ class Exchange(Protocol):
 
     #: the transport's name (``--exchange``)
     name: str
+    #: whether a message is a task's result that the receiving task takes as an argument (then every step that
+    #: receives is a task of its own); False where the transport delivers messages itself
+    carries_messages: bool
     #: the worker of each part, by part
     workers: tuple[str, ...]
 

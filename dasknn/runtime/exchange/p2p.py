@@ -71,6 +71,7 @@ class PeerExchange:
 
     workers: tuple[str, ...]
     name: ClassVar[str] = "p2p"
+    carries_messages: ClassVar[bool] = False
 
     def prepare(self, client) -> None:
         """Add the comm handler to every worker of ``client``'s cluster (and to those that join later)."""

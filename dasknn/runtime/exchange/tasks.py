@@ -26,6 +26,7 @@ class TaskExchange:
 
     workers: tuple[str, ...]
     name: ClassVar[str] = "tasks"
+    carries_messages: ClassVar[bool] = True
 
     def prepare(self, client) -> None:
         return None  # Dask moves the messages: nothing to set up
