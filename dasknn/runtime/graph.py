@@ -86,3 +86,13 @@ def tree_sum(graph: PinnedGraph, keys: list[str], where: list[str], name: str) -
             nw.append(where[i])
         keys, where, level = nk, nw, level + 1
     return keys[0]
+
+
+def pairwise_sum(values: list):
+    """The sum of ``values`` in the order :func:`tree_sum` adds them (pairs, then pairs of pairs): where the values
+    are summed in one place, the result is the tree's to the last bit."""
+    values = list(values)
+    while len(values) > 1:
+        values = [add(values[i], values[i + 1]) if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]

@@ -14,6 +14,7 @@ optimiser step; in hybrid mode ``grads``, a tree sum between the groups' copies 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ import numpy as np
 from .. import kernels
 from ..kernels import back_input, weight_grad
 from ..runtime.exchange import Exchange, exchange_for
-from ..runtime.graph import PinnedGraph, ref, refs_of, tree_sum
+from ..runtime.graph import PinnedGraph, pairwise_sum, ref, refs_of, tree_sum
 from ..runtime.recovery import watch
 from ..runtime.worker_runs import close_run
 from .model import Model, active, apply_update, flatten, forward_layer, softmax_xent, unflatten
@@ -42,6 +43,24 @@ class StepTag:
     group: int
     layer: int
     kind: str
+
+
+@dataclass(frozen=True)
+class ReduceTag:
+    """What an all-reduce message is for (hybrid mode with a transport that delivers messages itself): step
+    ``step``'s gradient values of part ``part``, between the groups' copies of the part."""
+
+    step: int
+    part: int
+
+
+@dataclass(frozen=True)
+class PartRoutes:
+    """Whom one part sends rows to (``sends[k - 1]``) and receives rows from (``hears[k - 1]``) in layer ``k``'s
+    forward pass; the backward pass returns the errors the other way."""
+
+    sends: tuple[tuple[int, ...], ...]
+    hears: tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -199,6 +218,43 @@ def apply(task: PartTask, lr: float, total: np.ndarray) -> float | None:
     return _apply(run, task, unflatten(total, run.part(task.group, task.part).params), lr)
 
 
+def run_part_steps(task: PartTask, steps: tuple[tuple[int, np.ndarray, float], ...], x_part: np.ndarray, labels,
+                   lr: float, routes: PartRoutes, replicas: Exchange | None, after) -> list[float]:
+    """A transport that delivers messages itself: the part's whole chunk of ``steps`` (each ``(step, its group's
+    share of the batch, the batch's size)``) in one task, the same calls as the task graph makes, exchanging as it
+    goes. ``replicas`` (hybrid mode) all-reduces the gradient values between the groups' copies of the part (the
+    group is the replica's place there), summed in :func:`~dasknn.runtime.graph.tree_sum`'s order. Returns part
+    0's losses (its group's shares), one per step."""
+    q, depth = task.part, len(routes.sends)
+    parts = len(task.exchange.workers)
+    losses = []
+    for s, idx, scale in steps:
+        t = dataclasses.replace(task, step=s)
+        batch(t, x_part, idx, routes.sends[0], None)
+        for k in range(1, depth + 1):
+            forward(t, k, routes.hears[k - 1], routes.sends[k] if k < depth else ((0,) if q else ()), None, [])
+        if q == 0:
+            loss(t, labels, idx, scale, tuple(range(1, parts)), None, [])
+        for k in range(depth, 0, -1):
+            backward(t, k, routes.sends[k] if k < depth else (), routes.hears[k - 1] if k > 1 else (), None, [])
+        if replicas is None:
+            value = update(t, lr, None)
+        else:
+            value = apply(t, lr, _all_reduced(t, replicas, gradients(t, None)))
+        if q == 0:
+            losses.append(value)
+    return losses
+
+
+def _all_reduced(task: PartTask, replicas: Exchange, flat: np.ndarray) -> np.ndarray:
+    # every copy of the part sends its gradient values to the others and sums all of them in the same order
+    run, a = train_run(task.run), task.group
+    tag, others = ReduceTag(task.step, task.part), tuple(g for g in range(len(replicas.workers)) if g != a)
+    replicas.post(run.endpoint, tag, a, others, {}, flat)
+    received = dict(zip(others, (shared for shared, _ in replicas.collect(run.endpoint, tag, a, others, []))))
+    return pairwise_sum([flat if g == a else received[g] for g in range(len(replicas.workers))])
+
+
 # client side: the graphs
 
 
@@ -250,6 +306,8 @@ class ModelRunner:
         self.graphs += 1
         graph = PinnedGraph(f"{self.run_id}x{self.graphs}")
         n_groups, parts, depth = len(self.groups), len(self.groups[0]), self.template.depth
+        if not self.exchanges[0].carries_messages:
+            return self._run_in_one_task(graph, steps, lr, first)
         done: list[list[str | None]] = [[None] * parts for _ in self.groups]  # each part's last task
         loss_keys = []
         for s, idx in enumerate(steps, start=first):
@@ -273,6 +331,30 @@ class ModelRunner:
         values = self.client.gather(futures[:len(loss_keys) * n_groups])
         # the groups' losses are shares of one batch's loss: their sum, in group order
         return [float(sum(values[i:i + n_groups])) for i in range(0, len(values), n_groups)]
+
+    def _run_in_one_task(self, graph: PinnedGraph, steps: list[np.ndarray], lr: float, first: int) -> list[float]:
+        # a transport that delivers messages itself: one task per part for all the steps (run_part_steps)
+        n_groups, parts, depth = len(self.groups), len(self.groups[0]), self.template.depth
+        shares = [[] for _ in self.groups]
+        for s, idx in enumerate(steps, start=first):
+            for a, share in enumerate(np.array_split(idx, n_groups)):
+                shares[a].append((s, share, float(idx.size)))
+        last = first + len(steps) - 1
+        keys = []
+        for q in range(parts):
+            routes = PartRoutes(tuple(self.receivers(k, q) for k in range(1, depth + 1)),
+                                tuple(self.senders(k, q) for k in range(1, depth + 1)))
+            replicas = exchange_for(self.exchanges[0].name, [ws[q] for ws in self.groups]) if n_groups > 1 else None
+            for a, ws in enumerate(self.groups):
+                task = PartTask(self.run_id, a, q, first, self.exchanges[a])
+                keys.append(graph.add(ws[q], f"steps-s{first}-{last}-g{a}-p{q}", (
+                    run_part_steps, task, tuple(shares[a]), self.x[a][q], self.y.get(ws[0]) if q == 0 else None,
+                    lr, routes, replicas, None)))
+        futures = graph.submit(self.client, keys)
+        watch(self.client, futures, set(self.workers))
+        by_group = [self.client.gather(futures[a]) for a in range(n_groups)]  # part 0 of each group (q == 0 first)
+        # the groups' losses are shares of one batch's loss: their sum, in group order
+        return [float(sum(values)) for values in zip(*by_group)]
 
     def _step(self, graph: PinnedGraph, s: int, a: int, idx: np.ndarray, scale: float, lr: float,
               done: list[str | None], update_here: bool) -> list[str]:
