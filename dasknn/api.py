@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 

@@ -11,15 +11,14 @@ import contextlib
 import os
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from distributed.diagnostics.plugin import SchedulerPlugin
+
+from dasknn.testing import Cluster, process_cluster
 
 TESTS = Path(__file__).resolve().parent
 
@@ -107,12 +106,6 @@ def forget(dask_scheduler) -> None:
     dask_scheduler.plugins.pop(KillOnTask.name, None)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def environment(**extra: str) -> dict[str, str]:
     """The processes' environment: this one, the tests folder importable, and ``extra``."""
     env = dict(os.environ)
@@ -121,56 +114,11 @@ def environment(**extra: str) -> dict[str, str]:
     return env
 
 
-@dataclass
-class Cluster:
-    """A running scheduler and its nanny-managed workers (:func:`real_cluster`)."""
-
-    address: str
-    processes: list[subprocess.Popen]
-
-
 @contextlib.contextmanager
-def real_cluster(workers: int = 2, memory_limit: str = "2GB", timeout: float = 60.0) -> Iterator[Cluster]:
-    """A ``dask scheduler`` and ``workers`` ``dask worker`` processes (one thread each, under nannies) on
-    127.0.0.1; every process is ended on exit."""
-    from distributed import Client
-
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    env = environment()
-    dask = [sys.executable, "-m", "dask"]  # this interpreter's dask, whatever PATH says
-    procs = [subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                               "--dashboard-address", "127.0.0.1:0", "--no-show"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)]
-    try:
-        for _ in range(workers):
-            procs.append(subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--nworkers", "1",
-                                           "--memory-limit", memory_limit, "--host", "127.0.0.1", "--nanny",
-                                           "--no-dashboard"],
-                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          start_new_session=True))
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with Client(address, timeout="5s") as c:
-                    c.wait_for_workers(workers, timeout=max(1.0, deadline - time.monotonic()))
-                break
-            except (OSError, TimeoutError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield Cluster(address, procs)
-    finally:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
+def real_cluster(workers: int = 2, memory_limit: str = "2GB") -> Iterator[Cluster]:
+    """:func:`dasknn.testing.process_cluster` whose processes import this module (the scheduler loads the plugin)."""
+    with process_cluster(workers, memory_limit, env=environment()) as cluster:
+        yield cluster
 
 
 #: What a traceback looks like in a process's stderr.

@@ -9,14 +9,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import kernels
-from ..errors import DasknnError
 from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
 from ..runtime.exchange import Exchange
 from ..runtime.exchange.tasks import pick  # noqa: F401 - its old home (the task exchange's picks)
 from ..runtime.heap import large_array_heap
 from .sizing import compaction_layer
 from .exchange_plan import held_plan, take_blocks
-from .inputs import load_images
+from .inputs import load_images  # noqa: F401 - its old import path (engine.tasks.load_images)
 from .worker_run import (  # (the stream specs' old home was here: importers of them from here still work)
     Block,
     InferenceRun,
@@ -24,7 +23,7 @@ from .worker_run import (  # (the stream specs' old home was here: importers of 
     PartState,
     PartStreamSpec,
     SplitStep,
-    StreamSpec,
+    StreamSpec,  # noqa: F401 - with the stream specs: their old import path
     inference_run,
 )
 from ..store import open_store, read_plan_owners, write_chunk_result, write_plan_layer

@@ -305,7 +305,7 @@ class ModelRunner:
         """Run ``steps`` (each a batch's image indices) from step ``first``; the losses, one per step."""
         self.graphs += 1
         graph = PinnedGraph(f"{self.run_id}x{self.graphs}")
-        n_groups, parts, depth = len(self.groups), len(self.groups[0]), self.template.depth
+        n_groups, parts = len(self.groups), len(self.groups[0])
         if not self.exchanges[0].carries_messages:
             return self._run_in_one_task(graph, steps, lr, first)
         done: list[list[str | None]] = [[None] * parts for _ in self.groups]  # each part's last task
