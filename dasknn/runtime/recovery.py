@@ -66,7 +66,7 @@ def watch(client, futures: list, workers: list[str] | set[str], on_done: Callabl
             if fut.status == "error":
                 exc = fut.exception()
                 if isinstance(exc, KilledWorker):
-                    raise WorkersLost([str(getattr(exc, "last_worker", "?"))])
+                    raise WorkersLost([_address(exc)])
                 fut.result()  # re-raise the worker's error
             if on_done is not None:
                 on_done(fut)
@@ -251,7 +251,7 @@ class Recovery:
         if isinstance(error, WorkersLost):
             return error
         if isinstance(error, KilledWorker):
-            return WorkersLost([str(getattr(error, "last_worker", "?"))])
+            return WorkersLost([_address(error)])
         deadline = time.monotonic() + (NOTICE_SECONDS if _may_come_from_a_loss(error) else 0.0)
         while True:
             try:
@@ -293,6 +293,12 @@ class Recovery:
         return DasknnError(f"worker {', '.join(last.lost)} left during the {last.phase} phase of {self.workflow} "
                            f"and was not replaced within {self.wait_seconds:.0f} s; on the {n} "
                            f"worker{'s' if n != 1 else ''} left: {error}")
+
+
+def _address(killed: BaseException) -> str:
+    # the address of the worker a KilledWorker names (distributed gives its WorkerState, or an address)
+    last = getattr(killed, "last_worker", None)
+    return str(getattr(last, "address", last or "?"))
 
 
 def _may_come_from_a_loss(error: BaseException) -> bool:
