@@ -72,6 +72,9 @@ INFERENCE = [
     ("model", ["--results", "RESULTS"], Kill("categories-c0"), ("inference",)),
     ("model", ["--stream"], Kill("plan-l10"), ("plan",)),
     ("model", ["--stream"], Kill("spmm-l30-p0"), ("inference",)),
+    ("model", ["--exchange", "p2p"], Kill("spmm-l1-40-p1", delay=0.3), ("inference",)),
+    ("model", ["--exchange", "p2p", "--stream"], Kill("spmm-l1-40-p0", delay=0.3), ("inference",)),
+    ("model", ["--exchange", "p2p", "--results", "RESULTS"], Kill("categories-c1"), ("inference",)),
     ("data", [], Kill("weights-w1"), ("load",)),
     ("data", ["--results", "RESULTS"], Kill("spmm-l1-40-p0-c1", delay=0.1), ("inference",)),
     ("auto", ["--explain"], Kill("_probe_task", delay=0.05), ("probe",)),
@@ -80,7 +83,7 @@ INFERENCE = [
 
 
 @pytest.mark.parametrize("mode,options,kill,phases", INFERENCE,
-                         ids=[f"{m}{''.join(o[:1])}-{k.name}" for m, o, k, _ in INFERENCE])
+                         ids=[f"{m}{''.join(o[:2])}-{k.name}" for m, o, k, _ in INFERENCE])
 def test_inference_survives_a_worker_killed_in_any_phase(network, cluster, tmp_path, mode, options, kill, phases):
     run_store = tmp_path / "net.zarr"
     shutil.copytree(network, run_store)  # no partition or part plan kept yet: every phase runs
@@ -109,25 +112,27 @@ TRAIN = textwrap.dedent("""
 
     with Client(sys.argv[1]) as client:
         run = train(sys.argv[2], "digits", mode=sys.argv[3], workers=2, client=client, epochs=1, batch=64,
-                    max_steps=24, chunk=4, checkpoint=sys.argv[4], checkpoint_every=8, optimizer="adam", lr=1e-3)
+                    max_steps=24, chunk=4, checkpoint=sys.argv[4], checkpoint_every=8, optimizer="adam", lr=1e-3,
+                    exchange=sys.argv[5])
     print(json.dumps({"losses": run.losses, "restarts": run.restarts}))
 """)
 
-# (mode, the kill, whether a restart must be counted)
+# (mode, exchange, the kill, whether a restart must be counted)
 TRAINING = [
-    ("model", Kill("partition_task", delay=0.2), False),
-    ("model", Kill("tuple-", "scattered"), True),
-    ("model", Kill("setup-g0-p1"), True),
-    ("model", Kill("fwd-s13-g0-l2-p1"), True),
-    ("data", Kill("Model-", "scattered"), True),
-    ("data", Kill("grad-s5-r1"), True),
-    ("data", Kill("grad-s17-r0"), True),
+    ("model", "tasks", Kill("partition_task", delay=0.2), False),
+    ("model", "tasks", Kill("tuple-", "scattered"), True),
+    ("model", "tasks", Kill("setup-g0-p1"), True),
+    ("model", "tasks", Kill("fwd-s13-g0-l2-p1"), True),
+    ("model", "p2p", Kill("steps-s12-15-g0-p1", delay=0.05), True),
+    ("data", "tasks", Kill("Model-", "scattered"), True),
+    ("data", "tasks", Kill("grad-s5-r1"), True),
+    ("data", "tasks", Kill("grad-s17-r0"), True),
 ]
 
 
-def _train(cluster, network, mode: str, checkpoint, kill: Kill | None = None) -> dict:
+def _train(cluster, network, mode: str, checkpoint, kill: Kill | None = None, exchange: str = "tasks") -> dict:
     # the training script's losses and restarts, with ``kill`` done on the way
-    command = [sys.executable, "-c", TRAIN, cluster[0].address, str(network), mode, str(checkpoint)]
+    command = [sys.executable, "-c", TRAIN, cluster[0].address, str(network), mode, str(checkpoint), exchange]
     if kill is None:
         done, fired = subprocess.run(command, capture_output=True, text=True, timeout=600,
                                      env=chaos.environment()), None
@@ -152,13 +157,15 @@ def train_network(tmp_path_factory, cluster):
     return path, single.losses
 
 
-@pytest.mark.parametrize("mode,kill,restarted", TRAINING, ids=[f"{m}-{k.name}" for m, k, _ in TRAINING])
-def test_training_survives_a_worker_killed_in_any_phase(train_network, cluster, tmp_path, mode, kill, restarted):
+@pytest.mark.parametrize("mode,exchange,kill,restarted", TRAINING,
+                         ids=[f"{m}-{e}-{k.name}" for m, e, k, _ in TRAINING])
+def test_training_survives_a_worker_killed_in_any_phase(train_network, cluster, tmp_path, mode, exchange, kill,
+                                                        restarted):
     path, single = train_network
     shutil.copytree(path, tmp_path / "net.zarr")
     if kill.prefix.startswith("partition"):  # the partition is computed again, on the cluster, while it is killed
         shutil.rmtree(tmp_path / "net.zarr" / "partitions")
-    run = _train(cluster, tmp_path / "net.zarr", mode, tmp_path / "ck.zarr", kill)
+    run = _train(cluster, tmp_path / "net.zarr", mode, tmp_path / "ck.zarr", kill, exchange)
     # the batches depend on the seed and the step only: the single process's losses, but for the last bit (the
     # parts' sums run in the same order; NumPy's matrix products may round their last bit by where their arrays
     # lie in memory, which differs with the placement of the parts)

@@ -119,3 +119,18 @@ class TestPeerExchange(ExchangeChecks):
 
 class TestFolderExchange(ExchangeChecks):
     exchange = "folder"
+
+
+def test_a_peer_that_never_sends_ends_the_wait_with_one_line():
+    from dasknn.errors import DasknnError
+    from dasknn.runtime.exchange import Endpoint, ExchangeFailed
+
+    endpoint = Endpoint()
+    endpoint.deliver("l3", 2, 0, "rows")
+    with pytest.raises(DasknnError, match=r"part 0 waited 0 s for the message l3 from part 1, which never came"):
+        endpoint.take("l3", 0, (1, 2), timeout=0.2)
+    assert endpoint.take("l3", 0, (2,)) == ["rows"]  # what did come is still there, taken once
+    assert not endpoint.deliver("l3", 2, 0, "rows")  # a retried send's duplicate is dropped
+    endpoint.fail("a worker was lost")
+    with pytest.raises(ExchangeFailed, match="a worker was lost"):
+        endpoint.take("l4", 0, (1,))

@@ -46,7 +46,7 @@ class FolderExchange:
             tmp.write_bytes(data)
             os.replace(tmp, path)  # whole or not there
             if self.workers[r] != self.workers[sender]:
-                endpoint.count(tag, len(data))
+                endpoint.count(tag, sender, r, len(data))
 
     def collect(self, endpoint: Endpoint, tag: Hashable, receiver: int, senders: tuple[int, ...],
                 args: list) -> list[tuple[Any, Any]]:

@@ -140,7 +140,7 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
         "seconds": round(result.seconds, 4),
         "edges_per_second": None if np.isnan(result.edges_per_second) else result.edges_per_second,
         "workers": result.workers, "chunks": result.chunks, "dtype": args.dtype,
-        "mode": result.mode, "group_size": result.group_size, "tasks": result.tasks,
+        "mode": result.mode, "group_size": result.group_size, "exchange": result.exchange, "tasks": result.tasks,
         "bytes_sent": result.bytes_sent, "plan_bytes": result.plan_bytes, "bytes_read": result.bytes_read,
         "streamed": not result.resident, "computed_chunks": len(result.computed_chunks),
         "load_seconds": round(result.load_seconds, 3), "plan_seconds": round(result.plan_seconds, 3),
@@ -158,6 +158,7 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
         # compact ones that crossed
         report["per_layer"] = {"dense_message_bytes": result.dense_message_bytes,
                                "exchange_bytes": result.exchange_bytes}
+        report["exchange_pairs"] = result.exchange_pairs  # bytes by sender (row) and receiver part
     if args.explain and not args.json:
         print(explain_table(result.predictions, result.mode, result.group_size, result.seconds), flush=True)
     verdict = "no truth to compare" if mismatched is None else (

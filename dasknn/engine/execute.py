@@ -108,6 +108,8 @@ class Pass:
     bytes_read: int = 0
     plan_bytes: int = 0
     layer_bytes: LayerBytes | None = None
+    #: what crossed between parts, by (sender, receiver), as the exchange counted it (the groups' together)
+    pairs: dict[tuple[int, int], int] = field(default_factory=dict)
     kept: dict[int, object] = field(default_factory=dict)  # chunk -> future of its final activations (dense rows)
 
 
@@ -299,6 +301,8 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
             out.layer_bytes.sent[k - 1] += sent
         for k, nbytes in figures.get("crossed", {}).items():  # as the exchange counted them
             out.layer_bytes.crossed[k - 1] += nbytes
+        for (sender, receiver), nbytes in figures.get("pairs", {}).items():
+            out.pairs[(sender, receiver)] = out.pairs.get((sender, receiver), 0) + nbytes
     if layout.outline is not None and not exchange_for(job.exchange, workers).carries_messages:
         # a transport that pushes messages itself does so past Dask's transfer counters: what it counted
         out.bytes_sent += int(out.layer_bytes.crossed.sum())

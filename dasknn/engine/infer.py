@@ -38,6 +38,8 @@ class InferenceResult:
     chunks: int
     mode: str = "data"
     group_size: int = 1
+    #: model and hybrid modes: the transport the boundary messages took (:mod:`dasknn.runtime.exchange`)
+    exchange: str = ""
     load_seconds: float = 0.0
     #: computing the partition a model-mode run uses (0 when one was given or already kept in the store)
     partition_seconds: float = 0.0
@@ -51,8 +53,10 @@ class InferenceResult:
     #: per layer: bytes of the boundary messages as dense rows, and as built (measured on the workers)
     dense_message_bytes: list[int] = field(default_factory=list)
     message_bytes: list[int] = field(default_factory=list)
-    #: per layer: the boundary messages' sizes as Dask's scheduler recorded them (what crossed)
+    #: per layer: what the boundary messages took to other workers, as the exchange counted them
     exchange_bytes: list[int] = field(default_factory=list)
+    #: ``exchange_pairs[p][q]``: what part p's messages took to part q's worker (the groups' together)
+    exchange_pairs: list[list[int]] = field(default_factory=list)
     bytes_read: int = 0
     resident: bool = True
     computed_chunks: list[int] = field(default_factory=list)
@@ -289,18 +293,30 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
     return InferenceResult(
         categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
         seconds=sum(p.seconds for p in passes), workers=len(runs.workers), chunks=len(bounds),
-        mode=mode, group_size=g, load_seconds=sum(p.load_seconds for p in passes),
+        mode=mode, group_size=g, exchange=job.exchange if g > 1 else "",
+        load_seconds=sum(p.load_seconds for p in passes),
         partition_seconds=sum(p.partition_seconds for p in passes), plan_seconds=sum(p.plan_seconds for p in passes),
         tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),
         bytes_sent=sum(p.bytes_sent for p in passes), plan_bytes=sum(p.plan_bytes for p in passes),
         dense_message_bytes=per_layer.dense.tolist() if plan else [],
         message_bytes=per_layer.sent.tolist() if plan else [],
         exchange_bytes=per_layer.crossed.tolist() if plan else [], bytes_read=sum(p.bytes_read for p in passes),
+        exchange_pairs=_pairs(passes, plan.parts) if plan else [],
         resident=job.resident, computed_chunks=todo,
         images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
         predictions=list(predictions), calibration=calibration, recoveries=runs.recoveries,
         activations=_kept_array(job, runs) if job.activations_name else None,
     )
+
+
+def _pairs(passes: list[Pass], parts: int) -> list[list[int]]:
+    # the passes' traffic between parts as a parts x parts table (sender, receiver)
+    table = np.zeros((parts, parts), dtype=np.int64)
+    for one in passes:
+        for (sender, receiver), nbytes in one.pairs.items():
+            if sender < parts and receiver < parts:  # (a pass on more workers, before a loss, had more parts)
+                table[sender, receiver] += nbytes
+    return table.tolist()
 
 
 def _kept_array(job: Job, runs: _Runs):

@@ -171,10 +171,13 @@ class InferenceRun:
         """What the run measured here: bytes its streams read, its messages' bytes by layer (as dense rows, as
         built), and what its messages took to other workers by layer (as the exchange counted them)."""
         crossed: dict[int, int] = {}
-        for tag, nbytes in self.endpoint.sent.items():
+        pairs: dict[tuple[int, int], int] = {}
+        for (tag, sender, receiver), nbytes in self.endpoint.sent.items():
             crossed[tag.layer] = crossed.get(tag.layer, 0) + nbytes
+            pairs[(sender, receiver)] = pairs.get((sender, receiver), 0) + nbytes
         return {"bytes_read": int(sum(s.bytes_read for s in self.streams.values())),
-                "messages": {k: (m.dense, m.sent) for k, m in self.messages.items()}, "crossed": crossed}
+                "messages": {k: (m.dense, m.sent) for k, m in self.messages.items()}, "crossed": crossed,
+                "pairs": pairs}
 
     def close(self) -> None:
         """Let go of everything: the layers streams hold, the parts' blocks and plans, the reused space."""

@@ -32,19 +32,24 @@ from typing import Any, Protocol
 WAIT_SECONDS = float(os.environ.get("DASKNN_EXCHANGE_WAIT", "600"))
 
 
+#: Seconds a part waits for its messages holding its worker's thread slot before it leaves it (and the worker runs
+#: another task meanwhile): a slot left and taken back costs the worker's state machine a round of its own.
+HOLD_SECONDS = 0.05
+
+
 class ExchangeFailed(Exception):
     """The run this endpoint belongs to was failed (a lost worker, its end): a part waiting for messages stops."""
 
 
 class Endpoint:
-    """One run's end of the exchange on one worker: the bytes sent to parts on other workers, by tag, and (for a
-    transport that delivers messages itself, not as task arguments) the messages delivered here, waiting to be
-    collected, at most once each."""
+    """One run's end of the exchange on one worker: the bytes sent from here to parts on other workers, by message
+    (tag, sender, receiver), and (for a transport that delivers messages itself, not as task arguments) the
+    messages delivered here, waiting to be collected, at most once each."""
 
     def __init__(self, owner: Any = None) -> None:
         #: the spec of the run it belongs to (a message to another worker carries it, to find the run there)
         self.owner = owner
-        self.sent: dict[Hashable, int] = {}
+        self.sent: dict[tuple[Hashable, int, int], int] = {}
         self.inbox: dict[tuple[Hashable, int, int], tuple[Any, int]] = {}  # message, and its bytes
         self.delivered: set[tuple[Hashable, int, int]] = set()  # (a retried send is dropped)
         self.waiting: set[tuple[Hashable, int]] = set()  # (tag, receiver) a part waits for now
@@ -52,10 +57,11 @@ class Endpoint:
         self.failed: str | None = None
         self._ready = threading.Condition()
 
-    def count(self, tag: Hashable, nbytes: int) -> None:
-        """Count ``nbytes`` sent under ``tag`` to a part on another worker."""
+    def count(self, tag: Hashable, sender: int, receiver: int, nbytes: int) -> None:
+        """Count a message of ``nbytes`` that ``sender`` sent ``receiver`` (on another worker) under ``tag``."""
+        key = (tag, sender, receiver)
         with self._ready:
-            self.sent[tag] = self.sent.get(tag, 0) + int(nbytes)
+            self.sent[key] = self.sent.get(key, 0) + int(nbytes)
 
     def deliver(self, tag: Hashable, sender: int, receiver: int, payload: Any, nbytes: int = 0) -> bool:
         """Keep a message (of ``nbytes``) for its receiver; False (and dropped) when it was delivered before."""
@@ -87,9 +93,14 @@ class Endpoint:
         the worker's thread slot) as long as ``timeout``; they are no longer kept."""
         keys = [(tag, p, receiver) for p in senders]
         with self._ready:
-            if self.failed is None and all(k in self.inbox for k in keys):  # (no wait: keep the slot)
-                return self._pop(keys)
             self.waiting.add((tag, receiver))
+            # a short wait keeps the thread's slot: leaving the pool and coming back costs more than most waits
+            # (the parts run in step, so the last message of a layer is seldom far behind)
+            self._ready.wait_for(lambda: self.failed is not None or all(k in self.inbox for k in keys),
+                                 HOLD_SECONDS)
+            if self.failed is None and all(k in self.inbox for k in keys):
+                self.waiting.discard((tag, receiver))
+                return self._pop(keys)
         deadline = time.monotonic() + timeout
         with seceded(), self._ready:
             while True:

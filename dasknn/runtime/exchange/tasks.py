@@ -42,7 +42,7 @@ class TaskExchange:
         out = (shared, messages)
         for r in recipients:
             if self.workers[r] != self.workers[sender]:  # what Dask will move to another worker
-                endpoint.count(tag, sizeof(out if len(recipients) == 1 or not messages else pick(out, r)))
+                endpoint.count(tag, sender, r, sizeof(out if len(recipients) == 1 or not messages else pick(out, r)))
         return out
 
     def collect(self, endpoint: Endpoint, tag: Hashable, receiver: int, senders: tuple[int, ...],
