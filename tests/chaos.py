@@ -33,6 +33,8 @@ class Kill:
     state: str = "processing"
     nth: int = 1
     delay: float = 0.0
+    #: instead of a SIGKILL, cut the worker's link: its address (no port) to its network namespace (tests/netns.py)
+    cut: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -87,12 +89,22 @@ class KillOnTask(SchedulerPlugin):
         if self.seen < self.kill.nth:
             return
         self.fired = {"key": key, "worker": ws.address, "pid": ws.pid, "at": time.time()}
-        self.scheduler.loop.call_later(self.kill.delay, _kill, ws.pid)
+        if self.kill.cut:
+            ns = dict(self.kill.cut)[ws.address.split("://")[-1].rsplit(":", 1)[0]]
+            self.scheduler.loop.call_later(self.kill.delay, _cut, ns)
+        else:
+            self.scheduler.loop.call_later(self.kill.delay, _kill, ws.pid)
 
 
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def _cut(ns: str) -> None:
+    import subprocess
+
+    subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "down"], check=False)
 
 
 def fired(dask_scheduler) -> dict | None:

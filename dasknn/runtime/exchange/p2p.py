@@ -29,6 +29,9 @@ HANDLER = "dasknn_exchange"
 PLUGIN = "dasknn-peer-exchange"
 #: The worker's open streams to its peers, among its extensions.
 STREAMS = "dasknn-peer-streams"
+#: Seconds a write down a stream may take before the sending task fails (a peer cut off: the run's recovery follows
+#: rather than a thread stuck for as long as TCP retries).
+WRITE_SECONDS = 30.0
 #: Bytes of messages a worker keeps unread before it stops reading its streams (the senders then wait, as TCP does:
 #: back-pressure); ``DASKNN_EXCHANGE_BUFFER`` overrides it.
 BUFFER_BYTES = int(os.environ.get("DASKNN_EXCHANGE_BUFFER", str(1 << 30)))
@@ -112,9 +115,13 @@ class _Streams:
                     comm = await connect(address, **self.worker.connection_args)
                     await comm.write({"op": HANDLER, "reply": False})
                     self.comms[address] = comm
-                await comm.write(message)
-            except (CommClosedError, OSError):
-                self.comms.pop(address, None)  # (a peer that left: the task fails, the run's recovery follows)
+                await asyncio.wait_for(comm.write(message), WRITE_SECONDS)
+            except (CommClosedError, OSError, asyncio.TimeoutError):
+                # a peer that left or was cut off: the task fails, the run's recovery follows; the stream, maybe
+                # cut in the middle of a frame, is not used again
+                dropped = self.comms.pop(address, None)
+                if dropped is not None:
+                    dropped.abort()
                 raise
 
     async def close(self) -> None:
