@@ -80,7 +80,7 @@ def infer(
         The engine's tuning options, by keyword (:class:`~dasknn.engine.options.InferenceOptions`):
         ``partition``, ``group_size``, ``chunks`` (fixed by a dask.array's row chunks), ``segment``,
         ``sync_every``, ``backend``, ``resident``, ``keep_layers``, ``results``, ``resume``, ``progress``,
-        ``messages``, ``explain``, ``activations``, ``plan_store``, ``overlap``.
+        ``messages``, ``explain``, ``activations``, ``plan_store``, ``overlap``, ``exchange``.
 
     Returns
     -------

@@ -186,3 +186,34 @@ def local_block(w: sp.csc_matrix, pl: PartLayer, block_rows: int) -> tuple[np.nd
 def received_rows(pl: PartLayer) -> int:
     """Rows that reach the part from others in this layer (the size of its receive buffer)."""
     return int(sum(v.size for v in pl.recv.values()))
+
+
+def part_plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, parts: int, q: int) -> PartLayer:
+    """Part ``q``'s :class:`PartLayer` for layer ``w``: the same as
+    ``plan_layer(w, before, after, parts)[q]``, without making the other parts' lists.
+
+    ``before`` and ``after`` are rows ``k - 1`` and ``k`` of the owners array (of ``parts`` parts). Its send
+    lists come from the layer's entries whose input part ``q`` holds: one pass over the entries, not one column
+    slice per part.
+    """
+    w = sp.csc_matrix(w)
+    mine_before = np.flatnonzero(before == q).astype(np.int64)  # the rows of the part's previous block
+    pl = part_inputs(w, before, after, q, mine_before)
+    # which of this part's inputs each part reads: one pass over the entries whose input this part holds
+    cols = np.repeat(np.arange(w.shape[1], dtype=np.int64), np.diff(w.indptr))
+    held = before[w.indices] == q
+    read = np.zeros((parts, w.shape[0]), dtype=bool)
+    read[after[cols[held]], w.indices[held]] = True
+    read[q] = False
+    for r in np.flatnonzero(read.any(axis=1)):
+        pl.send[int(r)] = np.searchsorted(mine_before, np.flatnonzero(read[r]))
+    return pl
+
+
+def send_counts(part: list[PartLayer], parts: int) -> np.ndarray:
+    """``counts[k - 1, r]``: entries the part sends part ``r`` for layer ``k`` (its row of the outline's counts)."""
+    counts = np.zeros((len(part), parts), dtype=np.int64)
+    for k, pl in enumerate(part):
+        for r, rows in pl.send.items():
+            counts[k, r] = rows.size
+    return counts

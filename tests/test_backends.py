@@ -186,10 +186,10 @@ class BackendChecks:
         want = reference.infer([sp.csc_matrix((d, i, p), shape=(n, n)) for p, i, d in layers],
                                sp.csr_matrix(x.T), BIAS, YMAX, np.float32).toarray()
         weights = [tuple(be.to_device(a) for a in layer) for layer in layers]
-        ids, rows = tasks.run_segment("backend-check", weights, be.to_device(x), 100, 1, 4, BIAS, YMAX, True,
-                                      keep=(100, images))
-        np.testing.assert_array_equal(ids, 100 + np.flatnonzero(want.any(axis=1)))
-        np.testing.assert_array_equal(rows, want)
+        result = tasks.run_segment("backend-check", weights, be.to_device(x), 100, 1, 4, BIAS, YMAX, True,
+                                   rows=(100, images))
+        np.testing.assert_array_equal(result.ids, 100 + np.flatnonzero(want.any(axis=1)))
+        np.testing.assert_array_equal(result.activations, want)
         run = InferenceRun(InferenceRunSpec("backend-check"))
         like = be.to_device(x)
         spaces = [run.space(0, 0, "block", like, (10, images), 2) for _ in range(3)]

@@ -82,8 +82,11 @@ def test_mpi_example_under_mpirun(slice_store, slice_truth, tmp_path):
                            "--network", str(slice_store), "--dtype", "float64", "--json", "--out", str(out)],
                           capture_output=True, text=True, timeout=300, env=_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # OpenMPI may add terminal escapes of its own to the output: the report is the line that is a JSON object
-    report = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("{")))
+    # OpenMPI may add terminal escapes of its own to the output, and give the ranks a terminal (where --json is
+    # indented over several lines): the report is the JSON object that starts on a line of its own
+    lines = proc.stdout.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("{"))
+    report, _ = json.JSONDecoder().raw_decode("\n".join(lines[start:]))
     assert report["workers"] == 2  # 4 ranks: scheduler, client, 2 workers
     assert report["matches_truth"] is True
     np.testing.assert_array_equal(io.read_categories(out), slice_truth)

@@ -156,9 +156,9 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
     if result.exchange_bytes:
         # last, the long arrays, one entry a layer: the boundary messages as dense rows, and as Dask recorded the
         # compact ones that crossed
+        report["exchange_pairs"] = result.exchange_pairs  # bytes by sender (row) and receiver part
         report["per_layer"] = {"dense_message_bytes": result.dense_message_bytes,
                                "exchange_bytes": result.exchange_bytes}
-        report["exchange_pairs"] = result.exchange_pairs  # bytes by sender (row) and receiver part
     if args.explain and not args.json:
         print(explain_table(result.predictions, result.mode, result.group_size, result.seconds), flush=True)
     verdict = "no truth to compare" if mismatched is None else (

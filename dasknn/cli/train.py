@@ -116,11 +116,11 @@ def check_before_a_cluster(args: argparse.Namespace) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """``dasknn train``, inside Dask's performance report when ``--report`` is given."""
+    if args.report and args.mode == "single":  # the arguments' combination first, the files after
+        raise DasknnError("--report records Dask tasks: use it with --mode data or model, not single")
     check_before_a_cluster(args)
     if not args.report:
         return run_train(args)
-    if args.mode == "single":
-        raise DasknnError("--report records Dask tasks: use it with --mode data or model, not single")
     check_report(args.report)
     # the report is drawn by the scheduler, so training runs on a cluster opened here, whose scheduler we hold
     with local_client(workers=None if args.scheduler else min(args.workers, os.cpu_count() or 1),

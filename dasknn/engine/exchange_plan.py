@@ -6,36 +6,13 @@ layers (read once: the part's weights task takes them). The client holds the own
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..errors import DasknnError
-from ..plan import Outline, PartLayer, local_block, part_inputs
+from ..plan import Outline, PartLayer, local_block, part_plan_layer, send_counts
 from ..runtime.graph import PinnedGraph
 from ..runtime.recovery import watch
 from ..store import open_store
 from .worker_run import inference_run
-
-
-def part_plan_layer(w: sp.spmatrix, before: np.ndarray, after: np.ndarray, parts: int, q: int) -> PartLayer:
-    """Part ``q``'s :class:`~dasknn.plan.PartLayer` for layer ``w``: the same as
-    ``dasknn.plan.plan_layer(w, before, after, parts)[q]``, without making the other parts' lists.
-
-    ``before`` and ``after`` are rows ``k - 1`` and ``k`` of the owners array (of ``parts`` parts). Its send
-    lists come from the layer's entries whose input part ``q`` holds: one pass over the entries, not one column
-    slice per part.
-    """
-    w = sp.csc_matrix(w)
-    mine_before = np.flatnonzero(before == q).astype(np.int64)  # the rows of the part's previous block
-    pl = part_inputs(w, before, after, q, mine_before)
-    # which of this part's inputs each part reads: one pass over the entries whose input this part holds
-    cols = np.repeat(np.arange(w.shape[1], dtype=np.int64), np.diff(w.indptr))
-    held = before[w.indices] == q
-    read = np.zeros((parts, w.shape[0]), dtype=bool)
-    read[after[cols[held]], w.indices[held]] = True
-    read[q] = False
-    for r in np.flatnonzero(read.any(axis=1)):
-        pl.send[int(r)] = np.searchsorted(mine_before, np.flatnonzero(read[r]))
-    return pl
 
 
 def plan_part(path: str, owners: np.ndarray, parts: int, held: tuple[str, int, int]) -> np.ndarray:
@@ -69,15 +46,6 @@ def take_blocks(run: str, group: int, part: int) -> list[tuple[np.ndarray, np.nd
     """The part's blocks :func:`plan_part` kept on this worker, no longer kept (the weights' task holds them as it
     needs them); None when they were taken already."""
     return inference_run(run).blocks.pop((group, part), None)
-
-
-def send_counts(part: list[PartLayer], parts: int) -> np.ndarray:
-    """``counts[k - 1, r]``: entries the part sends part ``r`` for layer ``k`` (its row of the outline's counts)."""
-    counts = np.zeros((len(part), parts), dtype=np.int64)
-    for k, pl in enumerate(part):
-        for r, rows in pl.send.items():
-            counts[k, r] = rows.size
-    return counts
 
 
 def plan_on_workers(client, path: str, owners: np.ndarray, groups: list[list[str]], run: str

@@ -303,10 +303,10 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
             out.layer_bytes.crossed[k - 1] += nbytes
         for (sender, receiver), nbytes in figures.get("pairs", {}).items():
             out.pairs[(sender, receiver)] = out.pairs.get((sender, receiver), 0) + nbytes
+        out.bytes_read += figures.get("bytes_read", 0)
     if layout.outline is not None and not exchange_for(job.exchange, workers).carries_messages:
         # a transport that pushes messages itself does so past Dask's transfer counters: what it counted
         out.bytes_sent += int(out.layer_bytes.crossed.sum())
-        out.bytes_read += figures.get("bytes_read", 0)
 
 
 def _grown(before: dict[str, int], after: dict[str, int]) -> int:

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ..engine.exchange_plan import part_plan_layer, send_counts
-from ..plan import PartLayer
+from ..plan import PartLayer, part_plan_layer, send_counts
 from .model import Model
 
 
@@ -112,7 +111,7 @@ class TrainPart:
 def make_part(owners: np.ndarray, patterns: list[tuple[np.ndarray, np.ndarray]], arrays: PartArrays, bias: float,
               ymax: float, optimizer: str) -> TrainPart:
     """Part ``arrays.part``'s state, made on its worker: its plan for every layer (the engine's
-    :func:`~dasknn.engine.exchange_plan.part_plan_layer`, from the owners and the layers' patterns) and its
+    :func:`~dasknn.plan.part_plan_layer`, from the owners and the layers' patterns) and its
     columns' patterns, their rows the positions of their inputs among the inputs it reads."""
     q, parts, neurons = arrays.part, int(owners.max()) + 1, owners.shape[1]
     plan, local = [], []
