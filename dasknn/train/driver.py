@@ -16,7 +16,9 @@ import scipy.sparse as sp
 
 from .. import modes
 from ..errors import DasknnError
+from ..engine.warm import longest, warm_workers
 from ..kernels import to_device
+from ..kernels.warm import WarmSpec, warm_kernels
 from ..network import Network
 from ..runtime import metrics
 from ..runtime.recovery import await_workers, ensure_client, smallest_memory_limit, worker_lost, workers_info
@@ -51,6 +53,9 @@ class TrainResult:
     partition: str = ""
     restarts: int = 0
     group_size: int = 0
+    #: compiling the kernels (or loading them from Numba's cache) before the steps' clock: the longest warm-up
+    #: among the workers (this process in single mode); ``seconds`` is the steps alone
+    compile_seconds: float = 0.0
 
     @property
     def bytes_sent_per_step(self) -> float:
@@ -59,7 +64,7 @@ class TrainResult:
     def summary(self) -> dict:
         """The figures ``dasknn train --json`` prints."""
         return {"mode": self.mode, "workers": self.workers, "partition": self.partition, "steps": self.steps,
-                "seconds": round(self.seconds, 4),
+                "seconds": round(self.seconds, 4), "compile_seconds": round(self.compile_seconds, 3),
                 "steps_per_second": round(self.steps / self.seconds, 3) if self.seconds > 0 else None,
                 "train_loss": self.train_loss, "train_accuracy": self.train_accuracy,
                 "test_accuracy": self.test_accuracy, "state_bytes": self.model.state_bytes(),
@@ -121,6 +126,8 @@ class _Job:
     checkpoint_every: int
     seed: int
     progress: Callable[[int], None] | None
+    #: the training kernels on this device, compiled before the clock
+    warm: WarmSpec
 
 
 @dataclass
@@ -130,6 +137,7 @@ class _Outcome:
     seconds: float
     bytes_sent: int = 0
     restarts: int = 0
+    compile_seconds: float = 0.0
 
 
 def _start_model(layers, classes: int, neurons: int, checkpoint, resume: bool, **init) -> Model:
@@ -144,6 +152,7 @@ def _start_model(layers, classes: int, neurons: int, checkpoint, resume: bool, *
 
 def _run_single(model: Model, job: _Job) -> _Outcome:
     losses: list[float] = []
+    compile_seconds = warm_kernels(job.warm)
     t0 = time.perf_counter()
     for a, b in job.chunks:
         for idx in job.todo[a:b]:
@@ -152,7 +161,7 @@ def _run_single(model: Model, job: _Job) -> _Outcome:
             save_checkpoint(job.checkpoint, model, {"seed": job.seed})
         if job.progress is not None:
             job.progress(model.step)
-    return _Outcome(model, losses, time.perf_counter() - t0)
+    return _Outcome(model, losses, time.perf_counter() - t0, compile_seconds=compile_seconds)
 
 
 def _owners(layers, partition, parts: int, path: str | None, seed: int, client) -> tuple[np.ndarray, str]:
@@ -194,6 +203,7 @@ def _runner_factory(client, mode: str, workers: int, parts: int, plan, job: _Job
 def _run_on_cluster(client, start_on_cluster, model: Model, job: _Job) -> _Outcome:
     """Run the chunks on Dask; after a lost worker, rebuild from this run's last checkpoint (or its start)."""
     runner, n_workers = start_on_cluster(model)
+    compile_seconds = _warm(client, runner, job)
     sent0 = client.run(metrics.bytes_sent)
     t0 = time.perf_counter()
     done, chunks = model.step, job.chunks
@@ -227,6 +237,7 @@ def _run_on_cluster(client, start_on_cluster, model: Model, job: _Job) -> _Outco
             losses = losses[:back.step - done]
             i = at_chunk.get(back.step - done, len(chunks))
             runner, n_workers = start_on_cluster(back)
+            compile_seconds += _warm(client, runner, job)  # a restarted worker is a fresh process
             continue
         losses += out
         i += 1
@@ -234,7 +245,12 @@ def _run_on_cluster(client, start_on_cluster, model: Model, job: _Job) -> _Outco
             job.progress(done + b)
     # a lost worker's counter is lost with it; a restarted one counts from zero
     sent = sum(sent1[w] - sent0.get(w, 0) for w in sent1)
-    return _Outcome(final, losses, seconds, sent, restarts)
+    return _Outcome(final, losses, seconds, sent, restarts, compile_seconds)
+
+
+def _warm(client, runner, job: _Job) -> float:
+    # the training kernels compiled on the runner's workers before its steps are timed; the longest warm-up
+    return longest(warm_workers(client, sorted(set(runner.workers)), (job.warm,)).values())
 
 
 def train(
@@ -329,7 +345,7 @@ def train(
     bounds = list(chunk_bounds(model.step, len(todo), chunk, checkpoint_every))
     # the images and labels go to the device once; the batches are taken there
     job = _Job(to_device(np.ascontiguousarray(x_tr.T), backend), to_device(y_tr, backend), todo, bounds, lr,
-               checkpoint, checkpoint_every, seed, progress)
+               checkpoint, checkpoint_every, seed, progress, WarmSpec(backend=backend, training=True))
     part_name = ""
     if mode == "single":
         run = _run_single(model.on(backend), job)
@@ -350,4 +366,5 @@ def train(
                        test_accuracy=accuracy(run.model, np.ascontiguousarray(x_te.T), y_te),
                        train_accuracy=accuracy(run.model, np.ascontiguousarray(x_tr.T), y_tr),
                        bytes_sent=run.bytes_sent,
-                       partition=part_name, restarts=run.restarts, group_size=parts if mode == "hybrid" else 0)
+                       partition=part_name, restarts=run.restarts, group_size=parts if mode == "hybrid" else 0,
+                       compile_seconds=run.compile_seconds)
