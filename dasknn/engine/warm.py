@@ -34,6 +34,13 @@ class WarmReport:
                 "caches": [{"path": c.path, "loaded": c.loaded, "compiled": c.compiled} for c in self.caches]}
 
 
+def every_kernel(dtypes: tuple[str, ...], backend: str) -> tuple[WarmSpec, ...]:
+    """The warm-up of every kernel a run may call in ``dtypes`` on ``backend``: inference in every mode (compact
+    messages: dense ones call no compiled code; overlapped steps on the CPU only), and training (float64)."""
+    return (*(WarmSpec(dtype=d, backend=backend, loop=True, steps=True, overlap=backend == "cpu") for d in dtypes),
+            WarmSpec(backend=backend, training=True))
+
+
 def warm(specs: tuple[WarmSpec, ...]) -> WarmReport:
     """Warm the kernels of every spec in this process (a worker's ``warm-w{i}`` task, or the client)."""
     seconds = sum(warm_kernels(spec) for spec in specs)
