@@ -191,7 +191,10 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
     loaded = dict(zip(warm_keys + keys, load.submit(client, warm_keys + keys)))
     watch(client, list(loaded.values()), workers)
     out.load_seconds = time.perf_counter() - t0
-    out.compile_seconds = longest(loaded.pop(key).result() for key in warm_keys)
+    warmed = [loaded.pop(key) for key in warm_keys]
+    out.compile_seconds = longest(f.result() for f in warmed)
+    for f in warmed:
+        f.release()
     layout.part_of.update({w: loaded[key] for w, key in weight_keys.items()})
     return loaded, image_keys
 
