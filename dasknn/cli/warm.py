@@ -9,6 +9,11 @@ from ..errors import DasknnError
 from .common import emit, positive_int
 
 DTYPES = ("float32", "float64")
+#: ``dasknn warm --help``
+DESCRIPTION = ("Compile (or load from Numba's cache) every kernel a run calls, on every worker of a cluster and in "
+               "this process, and print where each keeps its cache. A run compiles what it needs before its clock "
+               "anyway (its compile_seconds); warming a cluster's nodes once makes that milliseconds on every later "
+               "fresh worker.")
 
 
 def cmd_warm(args: argparse.Namespace) -> int:
@@ -43,17 +48,13 @@ def add_warm_parser(sub) -> None:
     """Add ``warm`` to an argparse subparsers object."""
     from ..cluster import add_tls_arguments
 
-    f = sub.add_parser(
-        "warm", help="compile the kernels on every worker of a cluster once (fills their Numba cache)",
-        description="Compile (or load from Numba's cache) every kernel a run calls, on every worker of a cluster "
-                    "and in this process, and print where each keeps its cache. A run compiles what it needs "
-                    "before its clock anyway (its compile_seconds); warming a cluster's nodes once makes that "
-                    "milliseconds on every later fresh worker.")
-    f.add_argument("--dtype", action="append", choices=DTYPES,
-                   help="the arithmetic to compile for; repeat for both (default: float32 and float64)")
+    f = sub.add_parser("warm", help="compile the kernels on every worker of a cluster once (fills their Numba cache)",
+                       description=DESCRIPTION)
     f.add_argument("--workers", type=positive_int, help="local worker processes (default: one per core)")
     f.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
     add_tls_arguments(f)
+    f.add_argument("--dtype", action="append", choices=DTYPES,
+                   help="the arithmetic to compile for; repeat for both (default: float32 and float64)")
     f.add_argument("--gpu", action="store_true",
                    help="the CUDA kernels on the workers' GPUs (a dask-cuda cluster when local)")
     f.add_argument("--json", action="store_true", help="print one JSON object")
