@@ -16,7 +16,6 @@ compiled function is taken (a message of each kind, a split step's two halves).
 
 from __future__ import annotations
 
-import gc
 import time
 from dataclasses import dataclass
 
@@ -82,15 +81,10 @@ def warm_kernels(spec: WarmSpec) -> float:
     """Compile (or load from Numba's cache) the kernels ``spec`` says a run calls, with the signatures it calls
     them with; return the seconds it took (milliseconds once this process has them)."""
     t0 = time.perf_counter()
-    before = _signatures()
     if spec.backend == "gpu":
         _warm_gpu(spec)
     else:
         _warm(spec, np)
-    if _signatures() != before:
-        # compiling leaves some 300,000 objects behind: the first full collection after it took 0.9 s, in the timed
-        # phase; collected here, the next one waits until as many new objects again have lived long
-        gc.collect()
     return time.perf_counter() - t0
 
 
@@ -201,11 +195,6 @@ def _warm_gpu(spec: WarmSpec) -> None:
 
 def _kernels() -> list[Dispatcher]:
     return [k for module in (cpu, messages, grad) for k in vars(module).values() if isinstance(k, Dispatcher)]
-
-
-def _signatures() -> int:
-    # the signatures this process holds of the kernels, compiled or loaded
-    return sum(len(k.overloads) for k in _kernels())
 
 
 def cache_locations() -> list[CacheLocation]:
