@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from . import kernels
+from .kernels.warm import WarmSpec, warm_kernels
 from .modes import mode_of
 from .plan import local_block, plan_layer, received_rows
 from .store import LayerStream, open_inputs, open_store
@@ -148,7 +149,9 @@ def probe(path: str, inputs: Any, images: int, dtype: str) -> dict:
         read_bytes += indptr.nbytes + indices.nbytes + data.nbytes
         keep = kernels.alive(yt) if k > 1 else np.ones(yt.shape[1], dtype=bool)
         alive.append(float(keep.sum()) / width)
-        yt = yt[:, keep] if not keep.all() else yt
+        # dropped in place as model mode drops them: its blocks stay C-ordered (yt[:, keep] is not), so the messages
+        # packed below are of the run's layout (and of the signature the warm-up compiled)
+        yt = kernels.keep_columns(yt, keep) if not keep.all() else yt
         if yt.shape[1] == 0:
             factor.append(0.0)
             break
@@ -182,15 +185,10 @@ def _sample(inputs: Any, width: int, dtype: np.dtype) -> np.ndarray:
 
 def _warm_up(yt: np.ndarray, layer: tuple, store) -> None:
     # the kernels' first calls in a fresh worker load (or compile) their machine code: measured inside the
-    # probe, that made the packing rate look 5 times slower than the run then saw
-    small = np.ascontiguousarray(yt[:, :8])
-    rows = np.arange(0, small.shape[0], 2)
-    # every kind of message: sparse with varied values (gathered), constant, dense
-    for block, compact in ((small * np.arange(1, 9, dtype=small.dtype), True), (np.full_like(small, store.ymax), True),
-                           (small, False)):
-        kernels.unpack_rows(kernels.pack_rows(block, rows, None, compact),
-                            np.empty((rows.size, 8), dtype=small.dtype))
-    kernels.layer_step(small, *layer, store.bias, store.ymax)
+    # probe, that made the packing rate look 5 times slower than the run then saw. Model mode's steps (messages
+    # of every kind, images dropped), then the step on a layer as the probe reads it (scipy's index dtypes)
+    warm_kernels(WarmSpec(dtype=yt.dtype.name, steps=True))
+    kernels.layer_step(np.ascontiguousarray(yt[:, :8]), *layer, store.bias, store.ymax)
 
 
 def loop_bytes(layer_bytes: int, activation_bytes: int) -> int:

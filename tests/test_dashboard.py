@@ -27,7 +27,7 @@ from dasknn.cluster import local_client
 
 ROOT = Path(__file__).resolve().parents[1]
 # the few task prefixes an inference may show in the dashboard, and what they are
-READABLE = {"plan", "weights", "images", "spmm", "send", "categories", "state"}
+READABLE = {"warm", "plan", "weights", "images", "spmm", "send", "categories", "state"}
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1400,800"]
 

@@ -136,9 +136,10 @@ def test_task_keys_name_layer_part_and_chunk(client, slice_store):
     assert any(k.startswith("send-l1-p0-to1-c0-") for k in keys)  # the input pixels' messages
     # per chunk and part: one task per layer (a step packs its own messages), and the input pixels' messages;
     # then the chunks' categories, each part's images of each chunk, each part's weights, and each part's exchange
-    # plan (made on the part's worker)
-    assert len(keys) == 2 * 2 * (12 + 1) + 2 + 2 * 2 + 2 + 2
+    # plan (made on the part's worker), and each worker's warm-up of the kernels
+    assert len(keys) == 2 * 2 * (12 + 1) + 2 + 2 * 2 + 2 + 2 + 2
     assert any(k.startswith("plan-g0-p1-") for k in keys)
+    assert any(k.startswith("warm-w1-") for k in keys)
     workers = {t["worker"] for t in ts.data if t["key"].startswith("spmm-l5-p1-")}
     assert len(workers) == 1  # part 1 is pinned to one worker
 

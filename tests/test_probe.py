@@ -7,7 +7,6 @@ from the same images stored.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import scipy.sparse as sp
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
-import scipy.sparse as sp
 
 from dasknn import engine, generate, store
 from dasknn import train as tr

@@ -143,7 +143,8 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
         "mode": result.mode, "group_size": result.group_size, "exchange": result.exchange, "tasks": result.tasks,
         "bytes_sent": result.bytes_sent, "plan_bytes": result.plan_bytes, "bytes_read": result.bytes_read,
         "streamed": not result.resident, "computed_chunks": len(result.computed_chunks),
-        "load_seconds": round(result.load_seconds, 3), "plan_seconds": round(result.plan_seconds, 3),
+        "load_seconds": round(result.load_seconds, 3), "compile_seconds": round(result.compile_seconds, 3),
+        "plan_seconds": round(result.plan_seconds, 3),
         "partition_seconds": round(result.partition_seconds, 3),
         "message_bytes": sum(result.message_bytes),
         # each loss of workers the run survived: who, in which phase, what was kept and redone, the wait

@@ -20,6 +20,7 @@ from .data import add_data_parsers
 from .infer import add_infer_parser
 from .partition import add_partition_parser
 from .train import add_train_parsers
+from .warm import add_warm_parser
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parsers(sub)
     add_bench_parser(sub)
     add_infer_parser(sub)
+    add_warm_parser(sub)
     return p
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
+from ..kernels.warm import WarmSpec
 from ..plan import Outline
 from ..runtime.exchange import exchange_for
 from ..runtime.graph import PinnedGraph, ref
@@ -25,6 +26,7 @@ from .inputs import InputSource, load_images
 from .model_mode import model_chunk
 from .owners import partition_owners
 from .sizing import compaction_layer, sync_layers
+from .warm import add_warm_tasks, longest
 from .tasks import (
     ChunkResult,
     ResultSpec,
@@ -101,7 +103,8 @@ class Pass:
     group_size: int = 1
     partition_seconds: float = 0.0  # computing the partition (0 when one was given or stored)
     plan_seconds: float = 0.0  # making the exchange plan (resident) or a part plan (out of core, once per partition)
-    load_seconds: float = 0.0
+    load_seconds: float = 0.0  # the load phase, warm-up included
+    compile_seconds: float = 0.0  # the longest warm-up of the kernels among the workers (in the load phase)
     seconds: float = 0.0
     tasks: int = 0
     bytes_sent: int = 0
@@ -128,6 +131,12 @@ class _Layout:
     def members(self, i: int) -> list[str]:
         """The workers of the ``i``-th chunk to run: chunks go round the groups."""
         return self.groups[i % len(self.groups)]
+
+    def warm_spec(self, job: Job) -> WarmSpec:
+        """The kernels this pass calls and on what: data mode's loop, or model mode's steps."""
+        steps = self.outline is not None
+        return WarmSpec(dtype=job.dtype, backend=job.backend, loop=not steps, steps=steps, compact=job.compact,
+                        overlap=job.overlap)
 
     def solo(self, i: int) -> str:
         """Data mode: the one worker of its group that runs the ``i``-th chunk."""
@@ -196,11 +205,12 @@ def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass,
 
 def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int], out: Pass
           ) -> tuple[dict[str, object], dict[tuple[int, int], str]]:
-    # the load graph: each worker's weights (resident) and each chunk's inputs (each part's rows in model mode);
-    # returns the futures by key and the image keys by (chunk, part)
+    # the load graph: each worker's kernels compiled for this pass (warm-w*), its weights (resident) and each
+    # chunk's inputs (each part's rows in model mode); returns the futures by key and the image keys by (chunk, part)
     t0 = time.perf_counter()
     path, dtype, backend, outline = job.path, job.dtype, job.backend, layout.outline
     load = PinnedGraph(layout.run)
+    warm_keys = add_warm_tasks(load, workers, (layout.warm_spec(job),))
     weight_keys: dict[str, str] = {}
     image_keys: dict[tuple[int, int], str] = {}
     for gi, members in enumerate(layout.groups):
@@ -222,9 +232,13 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
                 image_keys[(c, q)] = load.add(w, f"images-p{q}-c{c}", (load_images, spec, data, a, b,
                                                                        outline.inputs_owned[q], dtype, backend))
     keys = list(weight_keys.values()) + list(image_keys.values())
-    loaded = dict(zip(keys, load.submit(client, keys)))
+    loaded = dict(zip(warm_keys + keys, load.submit(client, warm_keys + keys)))
     watch(client, list(loaded.values()), workers)
     out.load_seconds = time.perf_counter() - t0
+    warmed = [loaded.pop(key) for key in warm_keys]
+    out.compile_seconds = longest(f.result() for f in warmed)
+    for f in warmed:
+        f.release()
     layout.part_of.update({w: loaded[key] for w, key in weight_keys.items()})
     return loaded, image_keys
 

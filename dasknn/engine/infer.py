@@ -40,7 +40,11 @@ class InferenceResult:
     group_size: int = 1
     #: model and hybrid modes: the transport the boundary messages took (:mod:`dasknn.runtime.exchange`)
     exchange: str = ""
+    #: loading the weights and the images onto the workers, with the kernels' warm-up (untimed)
     load_seconds: float = 0.0
+    #: compiling the kernels (or loading them from Numba's cache) before the clock: the longest warm-up among the
+    #: workers, in the load phase; ``seconds`` is inference alone
+    compile_seconds: float = 0.0
     #: computing the partition a model-mode run uses (0 when one was given or already kept in the store)
     partition_seconds: float = 0.0
     #: making the exchange plan of a model-mode run: every part's plan (resident), or the part plan it streams
@@ -294,7 +298,7 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
         categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
         seconds=sum(p.seconds for p in passes), workers=len(runs.workers), chunks=len(bounds),
         mode=mode, group_size=g, exchange=job.exchange if g > 1 else "",
-        load_seconds=sum(p.load_seconds for p in passes),
+        load_seconds=sum(p.load_seconds for p in passes), compile_seconds=sum(p.compile_seconds for p in passes),
         partition_seconds=sum(p.partition_seconds for p in passes), plan_seconds=sum(p.plan_seconds for p in passes),
         tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),
         bytes_sent=sum(p.bytes_sent for p in passes), plan_bytes=sum(p.plan_bytes for p in passes),

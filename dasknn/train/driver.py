@@ -16,7 +16,9 @@ import scipy.sparse as sp
 
 from .. import modes
 from ..errors import DasknnError
+from ..engine.warm import longest, warm_workers
 from ..kernels import to_device
+from ..kernels.warm import WarmSpec, warm_kernels
 from ..network import Network
 from ..runtime import metrics
 from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
@@ -51,6 +53,9 @@ class TrainResult:
     partition: str = ""
     restarts: int = 0
     group_size: int = 0
+    #: compiling the kernels (or loading them from Numba's cache) before the steps' clock: the longest warm-up
+    #: among the workers (this process in single mode); ``seconds`` is the steps alone
+    compile_seconds: float = 0.0
 
     @property
     def bytes_sent_per_step(self) -> float:
@@ -59,7 +64,7 @@ class TrainResult:
     def summary(self) -> dict:
         """The figures ``dasknn train --json`` prints."""
         return {"mode": self.mode, "workers": self.workers, "partition": self.partition, "steps": self.steps,
-                "seconds": round(self.seconds, 4),
+                "seconds": round(self.seconds, 4), "compile_seconds": round(self.compile_seconds, 3),
                 "steps_per_second": round(self.steps / self.seconds, 3) if self.seconds > 0 else None,
                 "train_loss": self.train_loss, "train_accuracy": self.train_accuracy,
                 "test_accuracy": self.test_accuracy, "state_bytes": self.model.state_bytes(),
@@ -118,6 +123,8 @@ class _Job:
     checkpoint_every: int
     seed: int
     progress: Callable[[int], None] | None
+    #: the training kernels on this device, compiled before the clock
+    warm: WarmSpec
 
 
 @dataclass
@@ -127,6 +134,7 @@ class _Outcome:
     seconds: float
     bytes_sent: int = 0
     restarts: int = 0
+    compile_seconds: float = 0.0
 
 
 def _start_model(layers, classes: int, neurons: int, checkpoint, resume: bool, **init) -> Model:
@@ -141,6 +149,7 @@ def _start_model(layers, classes: int, neurons: int, checkpoint, resume: bool, *
 
 def _run_single(model: Model, job: _Job) -> _Outcome:
     losses: list[float] = []
+    compile_seconds = warm_kernels(job.warm)
     t0 = time.perf_counter()
     for a, b in job.chunks:
         for idx in job.todo[a:b]:
@@ -149,7 +158,7 @@ def _run_single(model: Model, job: _Job) -> _Outcome:
             save_checkpoint(job.checkpoint, model, {"seed": job.seed})
         if job.progress is not None:
             job.progress(model.step)
-    return _Outcome(model, losses, time.perf_counter() - t0)
+    return _Outcome(model, losses, time.perf_counter() - t0, compile_seconds=compile_seconds)
 
 
 def _owners(layers, partition, parts: int, path: str | None, seed: int, client) -> tuple[np.ndarray, str]:
@@ -198,6 +207,7 @@ class _Progress:
     saved: int | None = None  # the step of the last checkpoint this run wrote (to restart from), if any
     sent0: dict | None = None
     t0: float = 0.0
+    compile_seconds: float = 0.0  # every attempt's warm-up (a restarted worker is a fresh process)
 
 
 def _run_on_cluster(client, recovery: Recovery, start_on_cluster, model: Model, job: _Job) -> _Outcome:
@@ -212,6 +222,7 @@ def _run_on_cluster(client, recovery: Recovery, start_on_cluster, model: Model, 
         del run.losses[back.step - done:]
         recovery.enter("set-up")  # the model's parts and the data scattered to the workers
         run.runner, _ = start_on_cluster(back)
+        run.compile_seconds += _warm(client, run.runner, job)
         if run.sent0 is None:
             run.sent0, run.t0 = client.run(metrics.bytes_sent), time.perf_counter()
         recovery.enter("steps")
@@ -230,7 +241,7 @@ def _run_on_cluster(client, recovery: Recovery, start_on_cluster, model: Model, 
         run.runner.close()
         # a lost worker's counter is lost with it; a restarted one counts from zero
         sent = sum(sent1[w] - run.sent0.get(w, 0) for w in sent1)
-        return _Outcome(final, run.losses, seconds, sent, len(recovery.losses))
+        return _Outcome(final, run.losses, seconds, sent, len(recovery.losses), run.compile_seconds)
 
     def on_loss(lost) -> dict:
         if run.runner is not None:
@@ -252,6 +263,11 @@ def _train_on(client, mode: str, layers, partition, parts: int, path: str | None
         owners, part_name = recovery.run(lambda ws: _owners(layers, partition, parts, path, seed, client))
     return _run_on_cluster(client, recovery, _runner_factory(client, mode, workers, parts, owners, job, backend,
                                                              exchange), model, job), part_name
+
+
+def _warm(client, runner, job: _Job) -> float:
+    # the training kernels compiled on the runner's workers before its steps are timed; the longest warm-up
+    return longest(warm_workers(client, sorted(set(runner.workers)), (job.warm,)).values())
 
 
 def train(
@@ -339,7 +355,7 @@ def train(
     bounds = list(chunk_bounds(model.step, len(todo), chunk, checkpoint_every))
     # the images and labels go to the device once; the batches are taken there
     job = _Job(to_device(np.ascontiguousarray(x_tr.T), backend), to_device(y_tr, backend), todo, bounds, lr,
-               checkpoint, checkpoint_every, seed, progress)
+               checkpoint, checkpoint_every, seed, progress, WarmSpec(backend=backend, training=True))
     part_name = ""
     if mode == "single":
         run = _run_single(model.on(backend), job)
@@ -359,4 +375,5 @@ def train(
                        test_accuracy=accuracy(run.model, np.ascontiguousarray(x_te.T), y_te),
                        train_accuracy=accuracy(run.model, np.ascontiguousarray(x_tr.T), y_tr),
                        bytes_sent=run.bytes_sent,
-                       partition=part_name, restarts=run.restarts, group_size=parts if mode == "hybrid" else 0)
+                       partition=part_name, restarts=run.restarts, group_size=parts if mode == "hybrid" else 0,
+                       compile_seconds=run.compile_seconds)
