@@ -308,3 +308,23 @@ def test_a_partition_in_segments_is_predicted_to_take_a_share_of_the_time():
     # the plan is the workers' already, and a stored partition costs nothing however it was made
     plan = cost.setup_seconds(10**9, 2, None, True, 2)
     assert cost.setup_seconds(10**9, 2, None, True, 2, segments=4) == pytest.approx(plan)
+
+
+def test_the_exchange_is_chosen_by_its_predicted_overhead():
+    from dasknn.runtime.exchange.choice import choose_exchange, exchange_overheads
+
+    rng = np.random.default_rng(0)
+    for parts in (2, 4, 16):
+        # a deep plan where most pairs exchange: a task per part and layer costs more than a message per pair
+        counts = rng.integers(0, 3, size=(120, parts, parts)) * (1 - np.eye(parts, dtype=np.int64))
+        seconds = exchange_overheads(counts, chunks=2, workers=parts, sync_every=2)
+        assert seconds["tasks"] > seconds["p2p"] > 0
+        assert choose_exchange(counts, 2, parts, 2).transport == "p2p"
+        # device arrays keep the task exchange whatever the figures say
+        assert choose_exchange(counts, 2, parts, 2, backend="gpu").transport == "tasks"
+    # one layer between two parts: two tasks a chunk against p2p's five (first sends, segments, categories)
+    one = np.array([[[0, 5], [5, 0]]])
+    assert choose_exchange(one, 4, 2, 2).transport == "tasks"
+    # the task exchange's overhead grows with the pairs (picks beyond two parts), p2p's tasks do not
+    few, many = (exchange_overheads(np.ones((10, k, k)) - np.eye(k), 1, k, 2) for k in (4, 8))
+    assert many["tasks"] / few["tasks"] > 2

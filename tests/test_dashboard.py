@@ -113,7 +113,7 @@ def test_dashboard_task_stream_after_an_inference(slice_store, slice_truth, tmp_
         assert client.dashboard_link.startswith("http://127.0.0.1:")
         client.get_task_stream(start=0, stop=0)  # the scheduler records the stream from now on
         result = engine.infer(slice_store, slice_store, client, mode="model", partition="block", images=400,
-                              dtype="float64")
+                              dtype="float64", exchange="tasks")
         prefixes = set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
         keys = [t["key"] for t in client.get_task_stream(start=0)]
         url = client.dashboard_link.replace("/status", "/tasks")

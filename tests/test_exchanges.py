@@ -134,3 +134,31 @@ def test_a_peer_that_never_sends_ends_the_wait_with_one_line():
     endpoint.fail("a worker was lost")
     with pytest.raises(ExchangeFailed, match="a worker was lost"):
         endpoint.take("l4", 0, (1,))
+
+
+@pytest.mark.parametrize("depth", [1, 12])
+def test_auto_runs_the_transport_the_plan_predicts_cheaper(client, slice_store, slice_truth, slice_paths, tmp_path,
+                                                          depth):
+    from dasknn import store
+    from dasknn.runtime.exchange.choice import choose_exchange
+
+    path = slice_store
+    if depth == 1:  # the slice's first layer alone, with its images: two tasks a chunk beat p2p's five
+        from dasknn import io
+        from dasknn.network import Network
+
+        s = store.open_store(slice_store)
+        path = store.write_network(tmp_path / "one.zarr", Network([s.layer(1)], bias=s.bias, ymax=s.ymax),
+                                   images=io.read_images(slice_paths["images"], neurons=1024))
+    result = engine.infer(path, client=client, mode="model", partition="random", chunks=2, dtype="float64")
+    plan = engine.infer(path, client=client, mode="model", partition="random", chunks=2, dtype="float64",
+                        exchange="tasks")
+    counts = np.zeros((depth, 2, 2), dtype=np.int64)
+    counts[:, 0, 1], counts[:, 1, 0] = 1, 1  # a random partition of 1024 neurons: both parts send every layer
+    assert np.array_equal(np.array(plan.exchange_pairs) > 0, ~np.eye(2, dtype=bool))
+    want = choose_exchange(counts, 2, 2, 2).transport
+    assert result.exchange == want == ("tasks" if depth == 1 else "p2p")
+    assert plan.exchange == "tasks"
+    if depth == 12:
+        np.testing.assert_array_equal(result.categories, slice_truth)
+    np.testing.assert_array_equal(result.categories, plan.categories)

@@ -42,8 +42,9 @@ def test_a_worker_killed_halfway_loses_nothing(deep_store, mode):
 
         def run() -> None:
             try:
+                # a layer per task in both modes (the task exchange in model mode), so halfway is a count of them
                 box["result"] = engine.infer(deep_store, client=client, mode=mode, chunks=4,
-                                             segment=1 if mode == "data" else None)
+                                             segment=1 if mode == "data" else None, exchange="tasks")
             except BaseException as e:  # noqa: BLE001 - handed to the test's thread
                 box["error"] = e
 

@@ -192,10 +192,11 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--messages", choices=("compact", "dense"), default="compact",
                    help="model mode: boundary messages as a nonzero bitmap and values, or one value when all are "
                         "equal, whichever is smallest (compact, default), or as dense rows")
-    f.add_argument("--exchange", choices=("tasks", "p2p"), default="tasks",
-                   help="model/hybrid: how boundary messages travel: as task results Dask moves (tasks, default: a "
-                        "task per part and layer) or pushed worker to worker over Dask's comms (p2p: a task per "
-                        "part and segment of layers, the scheduler out of the exchange)")
+    f.add_argument("--exchange", choices=("auto", "tasks", "p2p"), default="auto",
+                   help="model/hybrid: how boundary messages travel: as task results Dask moves (tasks: a task per "
+                        "part and layer), pushed worker to worker over Dask's comms (p2p: a task per part and "
+                        "segment of layers, the scheduler out of the exchange), or auto (default): the one the cost "
+                        "model predicts cheaper for the plan")
     f.add_argument("--partition", default="hypergraph",
                    help="model/hybrid: a method (hypergraph, hypergraph-shared, hypergraph-layered, block, random) "
                         "or an owners .npy file (default hypergraph)")

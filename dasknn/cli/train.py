@@ -35,10 +35,10 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--workers", type=positive_int, default=2, help="replicas, parts, or groups x parts (default 2)")
     p.add_argument("--group-size", type=int, default=None, metavar="G",
                    help="hybrid mode: parts per group; the groups split each batch (default 2 where it divides)")
-    p.add_argument("--exchange", choices=("tasks", "p2p"), default="tasks",
-                   help="model/hybrid: how the parts' messages travel: as task results Dask moves (tasks, default: "
-                        "tasks per part and layer of every step) or pushed worker to worker over Dask's comms (p2p: "
-                        "one task per part for a chunk of steps)")
+    p.add_argument("--exchange", choices=("auto", "tasks", "p2p"), default="auto",
+                   help="model/hybrid: how the parts' messages travel: as task results Dask moves (tasks: tasks per "
+                        "part and layer of every step), pushed worker to worker over Dask's comms (p2p: one task per "
+                        "part for a chunk of steps), or auto (default): the one the cost model predicts cheaper")
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler")
     add_tls_arguments(p)
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="write a checkpoint every N steps")

@@ -15,6 +15,7 @@ from ..errors import DasknnError
 from ..kernels.warm import WarmSpec
 from ..plan import Outline
 from ..runtime.exchange import exchange_for
+from ..runtime.exchange.choice import choose_exchange
 from ..runtime.graph import PinnedGraph, ref
 from ..runtime.metrics import bytes_sent
 from ..runtime.recovery import Recovery, WorkersLost, watch
@@ -113,6 +114,8 @@ class Pass:
     layer_bytes: LayerBytes | None = None
     #: what crossed between parts, by (sender, receiver), as the exchange counted it (the groups' together)
     pairs: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: model mode: the transport the messages took (``job.exchange``, or the cost model's choice for ``"auto"``)
+    exchange: str = ""
     kept: dict[int, object] = field(default_factory=dict)  # chunk -> future of its final activations (dense rows)
 
 
@@ -125,6 +128,7 @@ class _Layout:
     #: model mode, resident: where each worker keeps its part's plan (made by that worker)
     plans: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     outline: Outline | None = None  # model mode: the exchange lists' sizes (from the plan or the part plan)
+    exchange: str = "tasks"  # model mode: the transport of the boundary messages, chosen once the outline is known
     #: worker -> its part's layers: a future of them in memory, or the spec of a stream
     part_of: dict[str, object] = field(default_factory=dict)
 
@@ -199,8 +203,17 @@ def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass,
         for members in layout.groups:
             layout.part_of.update({w: PartStreamSpec(plan_path, q, job.dtype, job.keep_layers)
                                    for q, w in enumerate(members)})
-    exchange_for(job.exchange, layout.groups[0]).prepare(client)  # (what the transport needs on the workers)
+    layout.exchange = out.exchange = _transport(job, layout, len(workers))
+    exchange_for(layout.exchange, layout.groups[0]).prepare(client)  # (what the transport needs on the workers)
     out.plan = layout.outline
+
+
+def _transport(job: Job, layout: _Layout, workers: int) -> str:
+    # the exchange asked for, or for "auto" the one the cost model predicts cheaper for this pass's plan
+    if job.exchange != "auto":
+        return job.exchange
+    chunks = len(job.bounds) - len(job.done)
+    return choose_exchange(layout.outline.counts, chunks, workers, job.sync_every, job.backend).transport
 
 
 def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int], out: Pass
@@ -262,7 +275,7 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
                              (a, b - a) if job.activations_name else None)
         else:
             w = layout.members(i)[0]  # where the categories task runs
-            exchange = exchange_for(job.exchange, layout.members(i))
+            exchange = exchange_for(layout.exchange, layout.members(i))
             # a transport that delivers messages itself lets a task run many layers (all by default)
             segment = 1 if exchange.carries_messages else (job.segment or store.depth)
             key = model_chunk(graph, c, a, b - a, layout.members(i), outline, layout.part_of,
@@ -318,7 +331,7 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
         for (sender, receiver), nbytes in figures.get("pairs", {}).items():
             out.pairs[(sender, receiver)] = out.pairs.get((sender, receiver), 0) + nbytes
         out.bytes_read += figures.get("bytes_read", 0)
-    if layout.outline is not None and not exchange_for(job.exchange, workers).carries_messages:
+    if layout.outline is not None and not exchange_for(layout.exchange, workers).carries_messages:
         # a transport that pushes messages itself does so past Dask's transfer counters: what it counted
         out.bytes_sent += int(out.layer_bytes.crossed.sum())
 

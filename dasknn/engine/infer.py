@@ -297,7 +297,7 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
     return InferenceResult(
         categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
         seconds=sum(p.seconds for p in passes), workers=len(runs.workers), chunks=len(bounds),
-        mode=mode, group_size=g, exchange=job.exchange if g > 1 else "",
+        mode=mode, group_size=g, exchange=passes[-1].exchange if g > 1 else "",
         load_seconds=sum(p.load_seconds for p in passes), compile_seconds=sum(p.compile_seconds for p in passes),
         partition_seconds=sum(p.partition_seconds for p in passes), plan_seconds=sum(p.plan_seconds for p in passes),
         tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),

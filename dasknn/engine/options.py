@@ -91,7 +91,10 @@ class InferenceOptions:
         Model and hybrid modes: how the parts' boundary messages travel (a transport of
         :mod:`dasknn.runtime.exchange`): ``"tasks"``, each message a task result that Dask moves (a task per part
         and layer, a pick per further recipient), or ``"p2p"``, pushed worker to worker over Dask's comms (a task
-        per part and segment of layers; the scheduler out of the exchange).
+        per part and segment of layers; the scheduler out of the exchange), or ``"auto"`` (the default): the one
+        the cost model predicts cheaper once the plan says who sends to whom (:func:`dasknn.cost.choose_exchange`:
+        the task exchange's tasks through the scheduler against p2p's messages from the workers; the task exchange
+        for a GPU backend).
     """
 
     mode: str = "auto"
@@ -114,7 +117,7 @@ class InferenceOptions:
     plan_store: str | os.PathLike[str] | None = None
     keep_activations: bool = False
     overlap: bool = False
-    exchange: str = "tasks"
+    exchange: str = "auto"
 
     def check(self) -> None:
         """Refuse, in one line each, what no network and no cluster could run."""
@@ -142,8 +145,9 @@ class InferenceOptions:
             raise DasknnError(f"backend must be {' or '.join(backend_names())}, not {self.backend!r}")
         from ..runtime.exchange import EXCHANGES
 
-        if self.exchange not in EXCHANGES:
-            raise DasknnError(f"--exchange must be one of {', '.join(sorted(EXCHANGES))}, not {self.exchange!r}")
+        if self.exchange != "auto" and self.exchange not in EXCHANGES:
+            raise DasknnError(f"--exchange must be one of auto, {', '.join(sorted(EXCHANGES))}, "
+                              f"not {self.exchange!r}")
         if self.overlap and self.backend != "cpu":
             raise DasknnError("overlap splits each layer's kernel by columns, which only the CPU kernel does: "
                               "leave it off with backend='gpu'")

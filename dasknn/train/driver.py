@@ -181,7 +181,7 @@ def _owners(layers, partition, parts: int, path: str | None, seed: int, client) 
 
 
 def _runner_factory(client, mode: str, workers: int, parts: int, owners: np.ndarray | None, job: _Job,
-                    backend: str, exchange: str = "tasks"):
+                    backend: str, exchange: str = "auto"):
     # builds the runner on the workers there are now (again after a loss): replicas and parts round-robin; a
     # model read back from a checkpoint goes to the device again
     def start(m: Model):
@@ -295,7 +295,7 @@ def train(
     chunk: int = 50,
     progress: Callable[[int], None] | None = None,
     backend: str = "cpu",
-    exchange: str = "tasks",
+    exchange: str = "auto",
 ) -> TrainResult:
     """Train a sparse network (fixed pattern) with a dense classifier head; see the module's description.
 
@@ -331,7 +331,8 @@ def train(
     progress
         Called with the number of steps done (in all) after every chunk.
     exchange
-        Model and hybrid mode: how the parts' messages travel (a transport of :mod:`dasknn.runtime.exchange`).
+        Model and hybrid mode: how the parts' messages travel (a transport of :mod:`dasknn.runtime.exchange`), or
+        ``"auto"``: the one :func:`~dasknn.runtime.exchange.choice.choose_exchange` predicts cheaper for the parts.
     backend
         ``"cpu"`` (NumPy, Numba kernels) or ``"gpu"`` (the same step on CuPy arrays and the CUDA kernels; single
         and data mode; the checkpoints and the result are on the host).

@@ -23,6 +23,7 @@ import numpy as np
 from .. import kernels
 from ..kernels import back_input, weight_grad
 from ..runtime.exchange import Exchange, exchange_for
+from ..runtime.exchange.choice import choose_exchange
 from ..runtime.graph import PinnedGraph, pairwise_sum, ref, refs_of, tree_sum
 from ..runtime.recovery import watch
 from ..runtime.worker_runs import close_run
@@ -266,12 +267,10 @@ class ModelRunner:
     exchange's counts (who sends whom how many entries in each layer) and the positions to join the parts by."""
 
     def __init__(self, client, groups: list[list[str]], model: Model, owners: np.ndarray, xt: np.ndarray,
-                 labels: np.ndarray, exchange: str = "tasks"):
+                 labels: np.ndarray, exchange: str = "auto"):
         self.client, self.groups, self.template = client, groups, model
         self.workers = [w for ws in groups for w in ws]
         self.run_id, self.graphs = uuid.uuid4().hex[:8], 0
-        self.exchanges = [exchange_for(exchange, ws) for ws in groups]
-        self.exchanges[0].prepare(client)  # (what the transport needs on the workers)
         arrays, self.positions = split_model(model, owners)
         everywhere = sorted(set(self.workers))
         [shared] = client.scatter([(owners, model.patterns)], broadcast=True, workers=everywhere, hash=False)
@@ -284,6 +283,12 @@ class ModelRunner:
         parts = len(groups[0])
         # (layers, sender, receiver): the entries part p sends part q in layer k, at [k - 1, p, q]
         self.counts = np.stack([f.result() for f in futures[:parts]], axis=1)
+        if exchange == "auto":
+            # a step is two passes of messages (forward, and the errors back), with no alive masks
+            exchange = choose_exchange(self.counts, 2 * len(groups), len(self.workers), self.counts.shape[0] + 1
+                                       ).transport
+        self.exchanges = [exchange_for(exchange, ws) for ws in groups]
+        self.exchanges[0].prepare(client)  # (what the transport needs on the workers)
         shared.release()
         x: dict[tuple[int, str], object] = {}  # one copy of a part's pixels per worker, however many groups use it
         for ws in groups:
