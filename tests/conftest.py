@@ -51,7 +51,14 @@ def gpu_required() -> bool:
     return os.environ.get("DASKNN_REQUIRE_GPU", "") not in ("", "0")
 
 
+#: Fixtures that are, or start, a Dask cluster: a test that uses one is marked ``cluster``.
+CLUSTER_FIXTURES = {"client", "client1", "client4", "small_memory_client", "cold_client", "tls_client", "cluster"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)
     if gpu_count() > 0 or gpu_required():
         return
     skip = pytest.mark.skip(reason="no GPU: no CUDA device is visible")
@@ -110,3 +117,30 @@ def client():
 
     with local_client(workers=2, threads_per_worker=1) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def client4():
+    """A local cluster of 4 single-threaded workers (parts that send to several others), one per test module."""
+    from dasknn.cluster import local_client
+
+    with local_client(workers=4, threads_per_worker=1) as c:
+        yield c
+
+
+@pytest.fixture
+def fresh_store(slice_store, tmp_path):
+    """A copy of the slice store with no partition or plan kept in it."""
+    import shutil
+
+    out = tmp_path / "fresh.zarr"
+    shutil.copytree(slice_store, out, ignore=shutil.ignore_patterns("partitions", "plans"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def slice_images(slice_paths):
+    """The slice's images as a SciPy CSR matrix (rows are images)."""
+    from dasknn import io
+
+    return io.read_images(slice_paths["images"], neurons=1024)

@@ -10,18 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 import dasknn
 from dasknn import io, reference
 from dasknn.errors import DasknnError
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def slice_images(slice_paths) -> sp.csr_matrix:
-    return io.read_images(slice_paths["images"], neurons=1024)
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +33,7 @@ def test_signature_and_docstring():
     assert "0-based" in doc and "1-based" in doc and "dask.array" in doc
 
 
+@pytest.mark.cluster
 def test_help_shows_a_short_signature_and_every_engine_option_is_taken():
     from dasknn.engine.options import OPTION_NAMES
 
@@ -53,6 +48,7 @@ def test_help_shows_a_short_signature_and_every_engine_option_is_taken():
         assert f"``{name}``" in dasknn.infer.__doc__
 
 
+@pytest.mark.cluster
 def test_a_misspelt_option_is_refused_as_python_refuses_a_keyword():
     with pytest.raises(TypeError, match="unexpected keyword argument 'partiton'"):
         dasknn.infer("nowhere.zarr", partiton="block")
@@ -74,6 +70,7 @@ def _images(kind: str, slice_paths, slice_store, slice_images):
     return da.from_array(slice_images, chunks=(250, 1024), asarray=False)  # scipy.sparse chunks
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("kind", ["store", "tsv", "scipy.sparse", "numpy", "dask-numpy", "dask-scipy.sparse"])
 def test_every_input_kind_matches_the_truth(kind, slice_paths, slice_store, slice_images, slice_truth, client):
     images = _images(kind, slice_paths, slice_store, slice_images)
@@ -83,6 +80,7 @@ def test_every_input_kind_matches_the_truth(kind, slice_paths, slice_store, slic
     assert result.images == 1000
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("mode", ["data", "model"])
 def test_networks_in_memory_and_published(mode, slice_paths, slice_images, slice_truth, client):
     net = io.read_network(slice_paths["network"])
@@ -92,6 +90,7 @@ def test_networks_in_memory_and_published(mode, slice_paths, slice_images, slice
         assert result.matches_truth
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("mode", ["data", "model"])
 def test_activations_are_a_persisted_dask_array(mode, slice_store, slice_images, slice_final, client):
     import dask.array as da
@@ -108,6 +107,7 @@ def test_activations_are_a_persisted_dask_array(mode, slice_store, slice_images,
     np.testing.assert_array_equal((act.sum(axis=1) > 0).nonzero()[0].compute(), result.categories)
 
 
+@pytest.mark.cluster
 def test_dask_array_is_never_gathered(monkeypatch, slice_store, slice_images, slice_truth, client):
     import dask.array as da
 
@@ -139,6 +139,7 @@ def test_dask_array_is_never_gathered(monkeypatch, slice_store, slice_images, sl
     assert {t[2].key for t in loads.values()} == chunk_keys
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("kind, sampled", [("scipy.sparse", 1000), ("dask-numpy", 300)])
 def test_auto_and_explain_probe_inputs_in_memory(kind, sampled, slice_paths, slice_store, slice_images, slice_truth,
                                                  client):
@@ -156,6 +157,7 @@ def test_auto_and_explain_probe_inputs_in_memory(kind, sampled, slice_paths, sli
     assert (cal.alive, cal.message_factor) == (stored.alive, stored.message_factor)
 
 
+@pytest.mark.cluster
 def test_truth_mismatch_is_reported(slice_store, slice_images, slice_truth, client):
     wrong = slice_truth[1:]  # one image missing
     result = dasknn.infer(slice_store, slice_images, client, truth=wrong, mode="data")
@@ -163,6 +165,7 @@ def test_truth_mismatch_is_reported(slice_store, slice_images, slice_truth, clie
     np.testing.assert_array_equal(result.categories, slice_truth)
 
 
+@pytest.mark.cluster
 def test_bad_batches_are_refused(slice_store, client):
     with pytest.raises(DasknnError, match="pixels per image"):
         dasknn.infer(slice_store, np.ones((4, 10)), client)
@@ -175,6 +178,7 @@ def _readme_snippets() -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("i", range(len(_readme_snippets())))
 def test_readme_python_snippets_run_as_scripts(i, tmp_path):
     script = tmp_path / "snippet.py"

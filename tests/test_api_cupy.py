@@ -11,17 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 
 import dasknn
-from dasknn import io
 
 STANDIN_MODULE = "cupy_standin"
-
-
-@pytest.fixture(scope="module")
-def slice_images(slice_paths) -> sp.csr_matrix:
-    return io.read_images(slice_paths["images"], neurons=1024)
 
 
 STANDIN = """
@@ -55,6 +48,7 @@ def device_rows(tmp_path, monkeypatch, client):
     return module.DeviceRows
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("sparse", [False, True])
 def test_dask_array_of_device_chunks_matches_the_truth(sparse, device_rows, slice_store, slice_images, slice_truth,
                                                        client):
@@ -75,6 +69,7 @@ def test_dask_array_of_device_chunks_matches_the_truth(sparse, device_rows, slic
 # --- on a GPU ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.cluster
 @pytest.mark.gpu
 @pytest.mark.parametrize("backend", ["cpu", "gpu"])
 @pytest.mark.parametrize("sparse", [False, True])

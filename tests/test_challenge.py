@@ -55,6 +55,7 @@ def test_nothing_found_is_one_clear_error(tmp_path):
         find_cases(tmp_path)
 
 
+@pytest.mark.cluster
 def test_bench_runs_checks_and_tabulates(published, client, tmp_path, capsys):
     out = tmp_path / "table.csv"
     code = main(["bench-graphchallenge", str(published), "--out", str(out), "--scheduler", client.scheduler.address,
@@ -125,6 +126,7 @@ def test_rates_are_drawn_on_a_linear_axis_with_units():
         plt.close(fig)
 
 
+@pytest.mark.cluster
 def test_without_matplotlib_the_table_is_still_written(published, client, tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as after a plain pip install .
     out = tmp_path / "t.csv"

@@ -76,6 +76,7 @@ def test_streaming_model_mode_reads_each_parts_share():
     assert cost.cheapest([_predict(fast, 1, chunks=2, **tiny), _predict(fast, 2, chunks=1, **tiny)]).mode == "data"
 
 
+@pytest.mark.cluster
 def test_auto_runs_what_the_model_predicts_cheapest(client, slice_store, slice_truth):
     engine.resolve_partition(str(slice_store), "hypergraph", 2)  # kept in the store: predicted from it
     result = engine.infer(slice_store, client=client, mode="auto", explain=True, dtype="float64")
@@ -149,16 +150,6 @@ def test_reads_hide_behind_compute_only_on_spare_cores(cores, hidden):
     assert p.seconds == pytest.approx(p.compute + p.tasks + p.read)
 
 
-@pytest.fixture
-def fresh_store(slice_store, tmp_path):
-    """A copy of the slice store with no partition or plan kept in it."""
-    import shutil
-
-    out = tmp_path / "fresh.zarr"
-    shutil.copytree(slice_store, out, ignore=shutil.ignore_patterns("partitions", "plans"))
-    return out
-
-
 def _no_partitioning(monkeypatch):
     # the client may not compute a partition (the sample runs on a worker, another process)
     from dasknn import partition
@@ -169,6 +160,7 @@ def _no_partitioning(monkeypatch):
     monkeypatch.setattr(partition, "partition_network", refuse)
 
 
+@pytest.mark.cluster
 def test_predicting_model_mode_estimates_its_exchange_from_a_sample(client, fresh_store, monkeypatch):
     _no_partitioning(monkeypatch)
     # a setup cheaper than data mode (on this small network it is not): the exchange is estimated. Cheaper than
@@ -186,6 +178,7 @@ def test_predicting_model_mode_estimates_its_exchange_from_a_sample(client, fres
     assert not (fresh_store / "partitions").exists() and result.partition_seconds == 0
 
 
+@pytest.mark.cluster
 def test_auto_does_not_partition_for_a_mode_it_does_not_run(client, fresh_store, monkeypatch):
     _no_partitioning(monkeypatch)
     monkeypatch.setitem(cost.PARTITION_RATES, "hypergraph", 1.0)  # a partition would take days: data mode wins
@@ -196,6 +189,7 @@ def test_auto_does_not_partition_for_a_mode_it_does_not_run(client, fresh_store,
     assert not (fresh_store / "partitions").exists()
 
 
+@pytest.mark.cluster
 def test_a_stored_partition_is_used_not_recomputed(client, fresh_store, slice_truth, monkeypatch):
     from dasknn import partition, store
 
@@ -273,6 +267,7 @@ def test_loop_bytes_counts_the_layers_and_the_activations_tiles():
     assert cost.loop_bytes(1 << 20, 1 << 20) == cost.LOOP_LAYERS * (1 << 20) + 7 * (1 << 20)
 
 
+@pytest.mark.cluster
 def test_a_calibration_task_whose_worker_dies_is_a_loss_not_a_hang():
     # (the inference's recovery policy then measures again on the workers there are)
     import os

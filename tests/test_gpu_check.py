@@ -60,18 +60,21 @@ def child_pytest(tmp_path: Path, devices: int, require: bool) -> subprocess.Comp
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.subprocess
 def test_a_warning_on_import_does_not_hide_the_device(tmp_path):
     r = child_pytest(tmp_path, devices=1, require=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 passed, 1 skipped" in r.stdout and "a module is missing" in r.stdout  # the device was seen
 
 
+@pytest.mark.subprocess
 def test_without_a_device_gpu_tests_skip(tmp_path):
     r = child_pytest(tmp_path, devices=0, require=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "1 passed, 2 skipped" in r.stdout and "no GPU: no CUDA device is visible" in r.stdout
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("devices", [0, 1])
 def test_require_gpu_turns_skips_into_failures(tmp_path, devices):
     r = child_pytest(tmp_path, devices=devices, require=True)

@@ -10,14 +10,9 @@ from __future__ import annotations
 import pytest
 import scipy.sparse as sp
 
-from dasknn import cost, io
+from dasknn import cost
 
 SAMPLED = ("alive", "message_factor", "probe_layers", "probe_images")
-
-
-@pytest.fixture(scope="module")
-def slice_images(slice_paths) -> sp.csr_matrix:
-    return io.read_images(slice_paths["images"], neurons=1024)
 
 
 @pytest.fixture(scope="module")

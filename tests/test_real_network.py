@@ -21,6 +21,7 @@ needs_data = pytest.mark.skipif(not (SHARED / "neuron1024.tar.gz").exists(),
                                        "or point DASKNN_GRAPHCHALLENGE_DIR at it")
 
 
+@pytest.mark.subprocess
 def test_the_data_folder_is_taken_from_the_environment(tmp_path):
     env = {**os.environ, "DASKNN_GRAPHCHALLENGE_DIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-c", "import conftest; print(conftest.SHARED)"], capture_output=True,
@@ -45,6 +46,7 @@ def test_reference_float64_matches_published_truth(real):
     np.testing.assert_array_equal(got, truth)
 
 
+@pytest.mark.cluster
 @needs_data
 def test_engine_float64_matches_published_truth(real, client, tmp_path):
     net, images, truth = real

@@ -10,14 +10,6 @@ from dasknn.errors import DasknnError
 
 
 @pytest.fixture(scope="module")
-def client4():
-    from dasknn.cluster import local_client
-
-    with local_client(workers=4, threads_per_worker=1) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def client1():
     from dasknn.cluster import local_client
 
@@ -31,6 +23,7 @@ def float32_reference(slice_store):
     return reference.infer_categories(s.iter_layers(), s.inputs.rows(), s.bias, s.ymax, np.float32)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("mode, partition", [("data", None), ("model", "block"), ("model", "random"),
                                              ("model", "hypergraph"), ("hybrid", "random")])
@@ -49,6 +42,7 @@ def test_every_mode_matches_the_truth(request, slice_store, slice_truth, float32
     assert result.edges_per_second == pytest.approx(1000 * s.edges / result.seconds)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize(("partition", "sync_every", "chunks"),
                          [("block", 1, 1), ("random", 3, 5), ("random", 100, 1), ("block", 100, 5)])
 @pytest.mark.parametrize("messages", ["dense", "compact"])
@@ -73,6 +67,7 @@ def test_model_mode_transfers_match_the_plan(client, slice_store, slice_truth, p
         assert sum(result.message_bytes) < 0.5 * result.plan_bytes
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize(("workers", "partition", "sync_every", "chunks", "resident"),
                          [(2, "random", 2, 2, True), (2, "block", 5, 1, False), (2, "random", 11, 3, True),
                           (4, "random", 3, 1, True)])
@@ -100,6 +95,7 @@ def test_overlapped_steps_give_the_lockstep_numbers(request, slice_store, slice_
     assert overlapped.bytes_read == lockstep.bytes_read
 
 
+@pytest.mark.cluster
 def test_four_parts_pick_each_recipients_share(client4, slice_store, slice_truth):
     # with more than one recipient a step's messages are split by small tasks: each part gets only its own rows,
     # and Dask's record of what crossed is still what was built
@@ -111,6 +107,7 @@ def test_four_parts_pick_each_recipients_share(client4, slice_store, slice_truth
         assert dask_seen == pytest.approx(built, rel=0.10, abs=2000), k
 
 
+@pytest.mark.cluster
 def test_dead_images_cut_the_exchange(client, slice_store):
     rarely = engine.infer(slice_store, client=client, mode="model", partition="random", sync_every=100, chunks=2)
     often = engine.infer(slice_store, client=client, mode="model", partition="random", sync_every=1, chunks=2)
@@ -118,6 +115,7 @@ def test_dead_images_cut_the_exchange(client, slice_store):
     assert often.plan_bytes < 0.8 * rarely.plan_bytes
 
 
+@pytest.mark.cluster
 def test_data_mode_segments(client, slice_store, slice_truth):
     for segment in (1, 5, 12):
         result = engine.infer(slice_store, client=client, segment=segment, chunks=3, dtype="float64")
@@ -126,6 +124,7 @@ def test_data_mode_segments(client, slice_store, slice_truth):
         assert result.tasks == 3 * (n + 2 * (n - 1))  # segment tasks, and 2 getters between consecutive ones
 
 
+@pytest.mark.cluster
 def test_task_keys_name_layer_part_and_chunk(client, slice_store):
     from distributed import get_task_stream
 
@@ -169,6 +168,7 @@ def test_a_parts_stream_keeps_a_layer_more_for_each_further_chunk_of_its_worker(
     assert part_stream_keep(keep_layers, chunks, groups) == kept
 
 
+@pytest.mark.cluster
 def test_batch_prefix_and_separate_inputs(client, tmp_path):
     net = generate.network(1024, 6, seed=4)
     im = generate.images(300, 1024, seed=4)
@@ -180,6 +180,7 @@ def test_batch_prefix_and_separate_inputs(client, tmp_path):
         np.testing.assert_array_equal(result.categories, expected)
 
 
+@pytest.mark.cluster
 def test_bad_arguments(client, slice_store, tmp_path):
     with pytest.raises(DasknnError, match="--batch must be between 1 and 1000"):
         engine.infer(slice_store, client=client, images=5000)
@@ -195,6 +196,7 @@ def test_bad_arguments(client, slice_store, tmp_path):
         engine.infer(slice_store, client=client, mode="model", partition=str(tmp_path / "bad.npy"))
 
 
+@pytest.mark.cluster
 def test_auto_mode_follows_the_sizes(client, slice_store):
     result = engine.infer(slice_store, client=client, chunks=2)
     assert result.mode == "data" and result.resident  # 400 kB of weights fit any worker
@@ -251,6 +253,7 @@ def test_plan_reassembles_every_input(method, parts):
         prev = {q: layer[q].outputs for q in range(parts)}
 
 
+@pytest.mark.cluster
 def test_gpu_backend_without_cupy_is_a_clear_error(client, slice_store):
     pytest.importorskip("numpy")
     try:
@@ -265,6 +268,7 @@ def test_gpu_backend_without_cupy_is_a_clear_error(client, slice_store):
         engine.infer(slice_store, client=client, backend="tpu")
 
 
+@pytest.mark.cluster
 def test_auto_mode_on_gpus_runs_data_mode_without_calibrating(client, slice_store, monkeypatch):
     # the cost model is calibrated with the CPU kernels: on GPUs, auto is data mode (issue 19, item 5)
     import importlib
@@ -284,6 +288,7 @@ def test_auto_mode_on_gpus_runs_data_mode_without_calibrating(client, slice_stor
     assert seen["mode"] == "data"
 
 
+@pytest.mark.cluster
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["data", "model"])
 def test_gpu_matches_the_truth(slice_store, slice_truth, mode):
@@ -307,6 +312,7 @@ def small_memory_client():
         yield c
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("keep_layers", [1, 2, 3])
 def test_streamed_layers_match_resident(small_memory_client, slice_store, slice_truth, keep_layers):
     # data mode by name: streamed, auto also weighs model mode and picks it when the machine's timings favour it
@@ -322,6 +328,7 @@ def test_streamed_layers_match_resident(small_memory_client, slice_store, slice_
     assert result.bytes_read == result.chunks * per_pass
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("partition", ["block", "hypergraph"])
 def test_model_mode_streams_only_each_parts_share(small_memory_client, slice_store, slice_truth, tmp_path,
                                                   partition):
@@ -357,6 +364,7 @@ def _owners_file(store_path, method: str, tmp_path) -> str:
     return str(out)
 
 
+@pytest.mark.cluster
 def test_hybrid_mode_streams_and_keeps_its_plan_in_the_store(client4, slice_store, slice_truth):
     result = engine.infer(slice_store, client=client4, mode="hybrid", group_size=2, partition="random",
                           resident=False, dtype="float64")
@@ -377,6 +385,7 @@ def test_layer_stream_holds_at_most_two_layers(slice_store):
     stream.close()
 
 
+@pytest.mark.cluster
 def test_resume_recomputes_only_missing_chunks(client, slice_store, slice_truth, tmp_path):
     import zarr
 
@@ -404,6 +413,7 @@ def test_local_cluster_listens_on_loopback_only(client):
     assert "127.0.0.1" in client.dashboard_link
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize(("mode", "partition"), [("data", None), ("model", "random"), ("hybrid", "block")])
 def test_final_activations_written_chunk_by_chunk(client, slice_store, tmp_path, mode, partition):
     from dasknn import reference
@@ -422,6 +432,7 @@ def test_final_activations_written_chunk_by_chunk(client, slice_store, tmp_path,
     np.testing.assert_array_equal(np.flatnonzero(np.diff(got.indptr)), result.categories)
 
 
+@pytest.mark.cluster
 def test_activations_need_a_results_store(client, slice_store):
     with pytest.raises(DasknnError, match="--activations needs --results"):
         engine.infer(slice_store, client=client, activations=True)

@@ -49,11 +49,12 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_close_with_heartbeats_in_flight_prints_no_traceback_and_hides_no_error(tmp_path):
     script = tmp_path / "close.py"
     script.write_text(SCRIPT)
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                           env=env)

@@ -30,6 +30,7 @@ def _spmm_layers_done(dask_scheduler) -> int:
     return max(done, default=0)
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("mode", ["model", "data"])
 def test_a_worker_killed_halfway_loses_nothing(deep_store, mode):
     from dasknn.cluster import local_client
@@ -66,6 +67,7 @@ def test_a_worker_killed_halfway_loses_nothing(deep_store, mode):
     assert rec["chunks_kept"] + rec["chunks_rerun"] == 4 and rec["chunks_rerun"] >= 1
 
 
+@pytest.mark.cluster
 def test_too_little_memory_is_refused_with_what_to_change(tmp_path):
     from dasknn.cluster import local_client
 
@@ -103,6 +105,7 @@ def _one() -> int:
     return 1
 
 
+@pytest.mark.cluster
 def test_a_worker_paused_for_good_stops_the_run_with_one_line():
     # before: a worker over its pause share in memory no task held paused for ever, and the run waited for ever
     # (a fresh clone's first model-mode test hung so: the workers compiled the kernels under a 400 MB limit)

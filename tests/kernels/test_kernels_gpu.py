@@ -23,28 +23,9 @@ import pytest
 import scipy.sparse as sp
 
 from dasknn import kernels
+from examples import random_activations, random_layer
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def random_layer(n_in: int, n_out: int, seed: int, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A CSC layer with 0 to 9 entries per output (some empty), weights of both signs, some large (clamped)."""
-    rng = np.random.default_rng(seed)
-    counts = rng.integers(0, 10, size=n_out)
-    counts[:2] = (0, 32 if n_in >= 32 else n_in)  # an empty output and a full-width one
-    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    indices = np.concatenate([np.sort(rng.choice(n_in, size=c, replace=False)) for c in counts]).astype(np.int32)
-    data = rng.normal(0.2, 1.0, size=indices.size).astype(dtype)
-    data[rng.random(data.size) < 0.1] *= 40  # sums beyond ymax
-    return indptr, indices, data
-
-
-def random_activations(n_in: int, nb: int, seed: int, dtype) -> np.ndarray:
-    rng = np.random.default_rng(seed + 1)
-    yt = (rng.random((n_in, nb)) * 3).astype(dtype)
-    yt[rng.random((n_in, nb)) < 0.4] = 0
-    yt[:, ::7] = 0  # dead images stay dead
-    return yt
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- a Python transcription of CUDA_SOURCE -------------------------------------------------------------------
@@ -557,6 +538,7 @@ def test_launch_check_catches_a_broken_bound(compiled, monkeypatch):
     assert "spills 8 bytes" in " ".join(launch_limits_broken(spilling, ptx))
 
 
+@pytest.mark.subprocess
 def test_training_kernels_compile_for_sm90_within_their_launch(tmp_path):
     # the training kernels (kernels.grad): no spills, the launch bound is the launch, registers fit the block,
     # and no fused multiply-add (float64 steps equal the CPU's)
@@ -612,6 +594,7 @@ def test_run_layers_sends_device_arrays_to_the_device_loop(monkeypatch):
     assert calls and calls[0][5] is None  # the device loop picks its own compaction interval
 
 
+@pytest.mark.subprocess
 def test_importing_dasknn_does_not_import_cupy(tmp_path):
     # a cupy on the path that records being imported: the check can fail here, without a real CuPy. (Not
     # dasknn.engine: it imports zarr, whose GPU buffers import CuPy when it is installed.)
@@ -713,6 +696,7 @@ def test_gpu_run_layers_on_the_slice(slice_paths, slice_truth, dtype, compact_ev
         np.testing.assert_array_equal(got_ids, slice_truth)
 
 
+@pytest.mark.cluster
 @pytest.mark.gpu
 def test_gpu_engine_on_the_slice_store(slice_store, slice_truth, client):
     from dasknn import engine

@@ -19,7 +19,7 @@ from dasknn import engine, generate, store
 from dasknn import train as tr
 from dasknn.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_flipped_byte_names_layer_and_chunk_and_nothing_is_computed(slice_store, tmp_path, capsys):
@@ -71,6 +71,8 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
         time.sleep(0.005)
 
 
+@pytest.mark.cluster
+@pytest.mark.subprocess
 def test_client_killed_during_infer_resumes(slice_store, slice_truth, tmp_path):
     results = tmp_path / "run.zarr"
     chunks = 40
@@ -101,6 +103,8 @@ def _train_data(path: Path, n: int) -> None:
     np.savez(path, x=x, y=rng.integers(0, 4, 300))
 
 
+@pytest.mark.cluster
+@pytest.mark.subprocess
 def test_client_killed_during_train_resumes_to_the_same_weights(tmp_path):
     n = 64
     layers = [generate.butterfly_layer(n, k) for k in range(1, 4)]

@@ -16,15 +16,6 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
-def client4():
-    """A local cluster of 4 single-threaded workers (parts that send to several others)."""
-    from dasknn.cluster import local_client
-
-    with local_client(workers=4, threads_per_worker=1) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def train_network(tmp_path_factory):
     pytest.importorskip("sklearn")  # the digits
     return generate.write(tmp_path_factory.mktemp("net") / "net4.zarr", 1024, 4, seed=1)

@@ -22,7 +22,7 @@ import chaos
 from chaos import Kill
 from dasknn import generate, store
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.subprocess]
 
 DEPTH = 40
 

@@ -18,7 +18,7 @@ import pytest
 from dasknn import io
 from dasknn.cli import build_parser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 
@@ -49,6 +49,7 @@ def test_examples_take_every_infer_option(name):
     assert (args.network, args.dtype, args.batch) == ("n.zarr", "float64", 7)
 
 
+@pytest.mark.subprocess
 def test_slurm_job_script():
     pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed (pip install 'dasknn[cluster]')")
     proc = subprocess.run([sys.executable, str(EXAMPLES / "slurm.py"), "--workers", "4", "--workers-per-job", "2",
@@ -69,6 +70,7 @@ def test_slurm_job_script():
     assert "--nthreads 3" in worker[0] and "--nworkers 2" in worker[0] and "tcp://" in worker[0]
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_mpi_example_under_mpirun(slice_store, slice_truth, tmp_path):
     mpirun = shutil.which("mpirun")
@@ -92,6 +94,7 @@ def test_mpi_example_under_mpirun(slice_store, slice_truth, tmp_path):
     np.testing.assert_array_equal(io.read_categories(out), slice_truth)
 
 
+@pytest.mark.subprocess
 def test_gpu_example_without_dask_cuda_says_so():
     if importlib.util.find_spec("dask_cuda") is not None:
         pytest.skip("dask-cuda is installed: the GPU test below runs it")
@@ -101,6 +104,7 @@ def test_gpu_example_without_dask_cuda_says_so():
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.subprocess
 @pytest.mark.gpu
 def test_gpu_example_runs(slice_store, slice_truth, tmp_path):
     pytest.importorskip("dask_cuda", reason="dask-cuda is not installed (pip install 'dasknn[gpu]')")
@@ -112,6 +116,7 @@ def test_gpu_example_runs(slice_store, slice_truth, tmp_path):
     np.testing.assert_array_equal(io.read_categories(out), slice_truth)
 
 
+@pytest.mark.subprocess
 def test_wheel_builds_with_extras_and_entry_point(tmp_path):
     # built offline from the installed build backend (an isolated build would download it): skip where it is too old
     setuptools = pytest.importorskip("setuptools", reason="setuptools is not installed: no offline wheel build")

@@ -132,6 +132,7 @@ def test_the_listener_hears_a_cold_worker_compile(cold_client):
     assert any(cache.rglob("*.nbi")), "the kernels were not cached in NUMBA_CACHE_DIR"
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize(("mode", "dtype", "options"), [
     ("data", "float32", {"segment": GROUP_LAYERS + 2}),
     ("data", "float64", {"resident": False}),
@@ -151,6 +152,7 @@ def test_inference_compiles_nothing_while_timed(cold_client, deep_store, monkeyp
     assert 0 < result.compile_seconds <= result.load_seconds
 
 
+@pytest.mark.cluster
 def test_a_warm_workers_warm_up_compiles_and_loads_nothing(cold_client, deep_store):
     # the same worker processes again: every signature is in them already, the warm-up only calls them
     client, _ = cold_client
@@ -161,9 +163,10 @@ def test_a_warm_workers_warm_up_compiles_and_loads_nothing(cold_client, deep_sto
     assert again.compile_seconds > 0
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize(("mode", "runner"), [("data", DataRunner), ("model", ModelRunner)])
 def test_training_compiles_nothing_while_timed(cold_client, monkeypatch, mode, runner):
-    from test_train import random_layers, toy_data
+    from examples import random_layers, toy_data
 
     client, _ = cold_client
     _fresh(client)

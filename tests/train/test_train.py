@@ -10,25 +10,7 @@ import scipy.sparse as sp
 
 from dasknn import train as tr
 
-N, C = 48, 5
-
-
-def random_layers(depth=3, n=N, density=0.25, seed=1):
-    rng = np.random.default_rng(seed)
-    out = []
-    for k in range(depth):
-        m = sp.random(n, n, density=density, format="csc", random_state=rng, dtype=np.float64)
-        m = m.tocsc()
-        m.data[:] = 1.0
-        out.append(m)
-    return out
-
-
-def toy_data(count=40, n=N, seed=2):
-    rng = np.random.default_rng(seed)
-    x = rng.random((count, n)) * (rng.random((count, n)) < 0.5)
-    y = rng.integers(0, C, count)
-    return x, y
+from examples import C, N, random_layers, toy_data
 
 
 def dense_reference(model, xt, labels):
@@ -107,6 +89,7 @@ def single_runs():
     return {opt: small_run("single", 1, None, opt) for opt in ("momentum", "adam")}
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("mode,workers,group_size", [("data", 1, None), ("data", 2, None), ("data", 4, None),
                                                      ("model", 1, None), ("model", 2, None), ("model", 4, None),
                                                      ("hybrid", 4, 2), ("hybrid", 2, 1)])
@@ -262,6 +245,7 @@ def test_cli_parsers(tmp_path, capsys):
     assert args.sparsity == 0.5 and args.func is cli_train.run_import_weights
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("kind", ["scipy.sparse", "dask.array"])
 def test_training_data_as_sparse_or_dask_arrays_trains_the_same(kind):
     import dask.array as da
@@ -276,6 +260,7 @@ def test_training_data_as_sparse_or_dask_arrays_trains_the_same(kind):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.cluster
 def test_user_errors():
     from dasknn.errors import DasknnError
 
@@ -289,6 +274,7 @@ def test_user_errors():
         tr.train(random_layers(), toy_data(), mode="hybrid", workers=4, group_size=3)
 
 
+@pytest.mark.cluster
 def test_digits_learn_in_data_mode(client):
     pytest.importorskip("sklearn")
     from dasknn import generate
@@ -323,6 +309,7 @@ def test_gpu_backend_path_with_numpy_standin(client, monkeypatch, mode, workers,
     assert np.allclose(run.losses, single.losses, rtol=1e-12)
 
 
+@pytest.mark.cluster
 def test_gpu_without_cupy_or_in_model_mode_is_one_line(tmp_path, monkeypatch, capsys):
     import sys
 
@@ -362,6 +349,7 @@ def test_training_step_on_cupy_matches_the_cpu_step(optimizer):
         assert isinstance(a, np.ndarray) and rel(a, b) < 1e-5
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("fits", [True, False])
 def test_a_stored_networks_partition_is_made_on_the_cluster_where_a_worker_has_the_memory(
         client, tmp_path, monkeypatch, fits):

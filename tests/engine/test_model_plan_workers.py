@@ -10,10 +10,10 @@ import scipy.sparse as sp
 
 from dasknn import engine, partition, plan, store
 from dasknn.engine import exchange_plan
-from test_cost import fresh_store  # noqa: F401 - a copy of the slice store with no partition kept in it
 from dasknn.cli import main
 
 
+@pytest.mark.cluster
 def test_resident_model_mode_reports_its_plan_seconds(client, slice_store, slice_truth, capsys):
     # the plan is built in resident model mode too: its time is reported, not 0
     result = engine.infer(slice_store, client=client, mode="model", partition="block", chunks=1, dtype="float64")
@@ -53,6 +53,7 @@ def test_a_parts_plan_is_its_share_of_the_whole_plan(parts, density):
         _same_part_layer(exchange_plan.part_plan_layer(w, before, after, parts, q), whole[q])
 
 
+@pytest.mark.cluster
 def test_resident_model_mode_reads_no_layer_on_the_client(client, slice_store, slice_truth, monkeypatch):
     # the client holds the owners and the counts; each worker makes its part's plan from the layers it reads
     owners = partition.partition_network(store.open_store(slice_store).network().layers, 2, "random", seed=1)
@@ -81,6 +82,7 @@ def _auto_chooses_model_and_the_client_cannot_partition(monkeypatch):
     monkeypatch.setattr(cost, "cheapest", lambda predictions: [p for p in predictions if p.mode == "model"][0])
 
 
+@pytest.mark.cluster
 def test_auto_partitions_on_the_cluster_and_keeps_it(client, fresh_store, slice_truth, monkeypatch):
     _auto_chooses_model_and_the_client_cannot_partition(monkeypatch)
     first = engine.infer(fresh_store, client=client, mode="auto", partition="block", dtype="float64",
@@ -99,6 +101,7 @@ def test_auto_partitions_on_the_cluster_and_keeps_it(client, fresh_store, slice_
     assert again.plan_volume == first.plan_volume
 
 
+@pytest.mark.cluster
 def test_auto_keeps_no_partition_in_a_read_only_store_or_one_given(client, fresh_store, slice_truth, monkeypatch):
     import os
 
@@ -119,6 +122,7 @@ def test_auto_keeps_no_partition_in_a_read_only_store_or_one_given(client, fresh
     assert not (fresh_store / "partitions").exists() or not any((fresh_store / "partitions").iterdir())
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("worker_memory, on_cluster", [(None, True), (1e6, False)])
 def test_model_mode_partitions_on_a_worker_that_has_the_memory(client, fresh_store, slice_truth, monkeypatch,
                                                                worker_memory, on_cluster):

@@ -26,6 +26,7 @@ def run(argv, capsys):
     return code, out.out, out.err
 
 
+@pytest.mark.cluster
 def test_infer_real_slice_from_tsv_float64(slice_paths, capsys, tmp_path):
     code, out, err = run(["infer", "--network", str(slice_paths["network"]), "--inputs", str(slice_paths["images"]),
                           "--truth", str(slice_paths["truth"]), "--dtype", "float64", "--workers", "2", "--json",
@@ -53,6 +54,7 @@ def test_infer_store_float32_and_batch(slice_store, capsys):
     assert code == (0 if report["mismatched"] == 0 else 1), err
 
 
+@pytest.mark.cluster
 def test_infer_model_mode_out_of_core(slice_store, capsys, tmp_path):
     argv = ["infer", "--network", str(slice_store), "--mode", "model", "--partition", "block", "--stream",
             "--plan-store", str(tmp_path / "plan"), "--workers", "2", "--dtype", "float64", "--json"]
@@ -73,6 +75,7 @@ def test_infer_model_mode_out_of_core(slice_store, capsys, tmp_path):
     assert again["plan_seconds"] < report["plan_seconds"]
 
 
+@pytest.mark.cluster
 def test_infer_human_output(slice_store, capsys):
     code, out, _ = run(["infer", "--network", str(slice_store), "--dtype", "float64", "--workers", "1"], capsys)
     assert code == 0
@@ -127,6 +130,7 @@ def test_partition_plot_without_matplotlib_names_the_extra(slice_store, capsys, 
     assert "Traceback" not in err and not (tmp_path / "p.png").exists()
 
 
+@pytest.mark.cluster
 def test_report_opens_offline(slice_store, client, capsys, tmp_path):
     pytest.importorskip("bokeh", reason="bokeh is not installed: the report needs it")
     report = tmp_path / "r.html"
@@ -141,6 +145,8 @@ def test_report_opens_offline(slice_store, client, capsys, tmp_path):
     assert len(html) > 500_000  # bokeh's JavaScript is in the page itself
 
 
+@pytest.mark.cluster
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_train_ends_without_a_traceback(tmp_path):
     pytest.importorskip("sklearn", reason="scikit-learn is not installed: the digits data needs it")
@@ -183,6 +189,7 @@ def test_usage_errors_name_the_program_once(argv, line, capsys):
     assert code == 2 and err == line
 
 
+@pytest.mark.subprocess
 def test_bad_file_through_the_command_line_names_file_and_line(tmp_path):
     (tmp_path / "n1024-l1.tsv").write_text("1\t1\t0.0625\n1\t2\n")
     proc = subprocess.run([sys.executable, "-m", "dasknn", "infer", "--network", str(tmp_path),
@@ -192,6 +199,8 @@ def test_bad_file_through_the_command_line_names_file_and_line(tmp_path):
     assert proc.stdout == ""
 
 
+@pytest.mark.cluster
+@pytest.mark.subprocess
 def test_version_and_help():
     proc = subprocess.run([sys.executable, "-m", "dasknn", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("dasknn 0.")
@@ -199,6 +208,7 @@ def test_version_and_help():
     assert proc.returncode == 0 and "--network" in proc.stdout and "--json" in proc.stdout
 
 
+@pytest.mark.cluster
 def test_warm_says_where_each_process_keeps_its_cache(capsys):
     code, out, err = run(["warm", "--workers", "1", "--dtype", "float32", "--json"], capsys)
     assert code == 0, err
@@ -254,12 +264,14 @@ def test_info_text_tells_storage_from_arithmetic_and_labels_the_truth(slice_stor
     assert lines["truth"] == f"{slice_truth.size} categories (images with a nonzero last row)"
 
 
+@pytest.mark.subprocess
 def test_import_does_not_load_cupy_or_the_cluster():
     code = "import sys, dasknn, dasknn.io, dasknn.store; print(sorted(m for m in ('cupy', 'distributed') if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
 
 
+@pytest.mark.cluster
 def test_partition_command_saves_and_reports(slice_store, capsys, tmp_path):
     from dasknn.store import load_partition, partition_name
 
@@ -395,6 +407,7 @@ def test_a_truth_for_another_network_is_refused_before_any_run(slice_store, slic
     assert code == 2 and err == f"dasknn: error: {beyond}:{line}: image 14594 is beyond the batch's 1000 images\n"
 
 
+@pytest.mark.cluster
 def test_the_python_entry_checks_the_truth_before_a_cluster(slice_store, slice_truth, no_cluster, tmp_path):
     import dasknn
     from dasknn.errors import DasknnError
@@ -414,6 +427,7 @@ def _dead_pid() -> int:
     return int(done.stdout)
 
 
+@pytest.mark.subprocess
 def test_sigterm_mid_write_is_an_interrupt_and_leaves_nothing(tmp_path):
     import signal
     import time
@@ -443,6 +457,7 @@ def test_sigterm_handler_is_restored_after_a_command(slice_store, capsys):
     assert signal.getsignal(signal.SIGTERM) is before
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("out", ["X.zarr", "tsv"])
 def test_a_partial_left_by_a_dead_writer_is_removed_by_the_next_write(out, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -30,6 +30,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+@pytest.mark.cluster
 def test_file_url_reads_like_the_path(client, slice_store, slice_truth):
     url = f"file://{slice_store}"
     s = store.open_store(url, check="full")
@@ -40,6 +41,7 @@ def test_file_url_reads_like_the_path(client, slice_store, slice_truth):
     np.testing.assert_array_equal(result.categories, slice_truth)
 
 
+@pytest.mark.cluster
 def test_a_store_served_over_http(client, slice_store, slice_truth, http_root):
     pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (pip install 'dasknn[remote]')")
     url = f"{http_root}/{slice_store.name}"
@@ -51,6 +53,7 @@ def test_a_store_served_over_http(client, slice_store, slice_truth, http_root):
         np.testing.assert_array_equal(result.categories, slice_truth)
 
 
+@pytest.mark.cluster
 def test_model_mode_out_of_core_from_http_needs_a_plan_store(client, slice_store, slice_truth, http_root, tmp_path):
     pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (pip install 'dasknn[remote]')")
     url = f"{http_root}/{slice_store.name}"
@@ -67,6 +70,7 @@ def test_http_errors_are_one_line(http_root, slice_store):
         store.open_store(f"{http_root}/nothing-here.zarr")
 
 
+@pytest.mark.cluster
 def test_cli_reads_a_url(slice_store, capsys):
     import json
 

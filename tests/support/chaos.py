@@ -1,7 +1,7 @@
 """A real Dask cluster of separate processes (``dask scheduler``, ``dask worker`` under nannies) and a scheduler plugin
 that SIGKILLs the worker running a chosen task: the chaos tests' harness.
 
-The scheduler imports this module (its ``PYTHONPATH`` holds the tests folder), so the plugin is registered from the
+The scheduler imports this module (its ``PYTHONPATH`` holds the test support folder), so the plugin is registered from the
 test's client by reference. Every process is on 127.0.0.1; the kill finds the worker by the pid it reported.
 """
 
@@ -20,7 +20,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 from dasknn.testing import Cluster, process_cluster
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent  # where chaos (and its plugin) is importable from
 
 
 @dataclass(frozen=True)
@@ -119,9 +119,9 @@ def forget(dask_scheduler) -> None:
 
 
 def environment(**extra: str) -> dict[str, str]:
-    """The processes' environment: this one, the tests folder importable, and ``extra``."""
+    """The processes' environment: this one, the test support folder importable, and ``extra``."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(SUPPORT), *filter(None, [env.get("PYTHONPATH")])])
     env.update(extra)
     return env
 

@@ -79,6 +79,7 @@ def test_restored_when_the_task_raises(fake_libc, monkeypatch):
     assert heap._USERS == 0
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(heap._libc() is None, reason="glibc only")
 def test_large_arrays_stop_faulting_in_fresh_pages():
     # the real effect, in a process started as a nanny starts a worker: page faults of 200 arrays of 1 MiB

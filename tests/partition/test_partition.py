@@ -334,7 +334,7 @@ def test_default_method_on_demand_is_the_forward_pass():
 
 
 # ----------------------------------------------------------------------------------------------- fast, segments
-SLICE = Path(__file__).parent / "data" / "neuron1024-l12.tar.gz"
+SLICE = Path(__file__).resolve().parents[1] / "data" / "neuron1024-l12.tar.gz"
 
 
 @pytest.mark.parametrize("method", ["fast", "fast-segments"])

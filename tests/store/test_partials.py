@@ -8,6 +8,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from dasknn.partials import new_partial, remove_partial, remove_stale_partials
 
@@ -25,6 +26,7 @@ def test_a_new_partial_is_named_by_this_process(tmp_path):
     assert new_partial(tmp_path / "x.npy") != new_partial(tmp_path / "x.npy")  # two writes of one process
 
 
+@pytest.mark.subprocess
 def test_only_partials_whose_writer_is_gone_are_removed(tmp_path):
     target = tmp_path / "n.zarr"
     dead = tmp_path / f".n.zarr.partial-{_dead_pid()}-0123abcd"
@@ -43,6 +45,7 @@ def test_only_partials_whose_writer_is_gone_are_removed(tmp_path):
     assert remove_stale_partials(tmp_path / "missing" / "n.zarr") == []  # no folder, nothing to do
 
 
+@pytest.mark.subprocess
 def test_a_file_partial_of_a_dead_writer_goes_with_the_next_new_partial(tmp_path):
     dead = tmp_path / f".c.tsv.partial-{_dead_pid()}-0123abcd"
     dead.write_text("1\n")

@@ -25,7 +25,7 @@ import pytest
 from dasknn import engine
 from dasknn.cluster import local_client
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # the few task prefixes an inference may show in the dashboard, and what they are
 READABLE = {"warm", "plan", "weights", "images", "spmm", "send", "categories", "state"}
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -103,6 +103,7 @@ async def _load_page(browser: str, url: str, timeout: float = 30.0) -> tuple[lis
             proc.wait(timeout=20)
 
 
+@pytest.mark.cluster
 @pytest.mark.slow
 def test_dashboard_task_stream_after_an_inference(slice_store, slice_truth, tmp_path):
     pytest.importorskip("bokeh", reason="bokeh is not installed: the dashboard needs it (pip install 'dasknn[test]')")
@@ -133,6 +134,7 @@ def test_dashboard_task_stream_after_an_inference(slice_store, slice_truth, tmp_
         shutil.copy(tmp_path / "dashboard.png", ROOT / "docs" / "dashboard.png")
 
 
+@pytest.mark.cluster
 def test_infer_report_is_written(slice_store, client, tmp_path, capsys):
     pytest.importorskip("bokeh", reason="bokeh is not installed: the report needs it")
     from dasknn.cli import main
@@ -148,6 +150,7 @@ def test_infer_report_is_written(slice_store, client, tmp_path, capsys):
         assert prefix in html, prefix
 
 
+@pytest.mark.cluster
 def test_train_report_is_written(client, tmp_path, capsys):
     pytest.importorskip("bokeh", reason="bokeh is not installed: the report needs it")
     import numpy as np

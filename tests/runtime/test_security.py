@@ -20,7 +20,7 @@ from dasknn.cli import main
 from dasknn.cluster import local_client, make_certificates, security_from_files
 from dasknn.errors import DasknnError
 
-PACKAGE = Path(__file__).resolve().parents[1] / "dasknn"
+PACKAGE = Path(__file__).resolve().parents[2] / "dasknn"
 
 
 def _listening(pid: int) -> list[str]:
@@ -54,6 +54,7 @@ def test_tls_cluster_computes_and_listens_on_tls_only(tls_client):
     assert Path(sec.tls_client_key).stat().st_mode & 0o077 == 0  # the key is this user's only
 
 
+@pytest.mark.cluster
 def test_client_with_the_certificate_is_admitted(tls_client):
     sec = tls_client.security
     with local_client(scheduler=tls_client.scheduler.address, tls_ca=sec.tls_ca_file, tls_cert=sec.tls_client_cert,
@@ -61,6 +62,7 @@ def test_client_with_the_certificate_is_admitted(tls_client):
         assert other.submit(pow, 2, 10).result() == 1024
 
 
+@pytest.mark.cluster
 def test_client_without_the_certificate_is_refused(tls_client, tmp_path):
     from distributed import Client
 
