@@ -41,7 +41,7 @@ GPU_COMPACT_EVERY = 4
 GPU_MAX_GRID_Y = 65535
 
 #: CUDA source of the fused layer step, compiled with ``#define``s for the constants above. Kept as text so the
-#: CPU tests can read it; ``tests/test_kernels_gpu.py`` carries a line-by-line Python transcription.
+#: CPU tests can read it; ``tests/kernels/test_kernels_gpu.py`` carries a line-by-line Python transcription.
 CUDA_SOURCE = r"""
 // yt: split x nb activations (row-major: one row per input neuron, one column per image), extra: the rows after
 // them, (n_in - split) x nb (model mode's received rows, read in place; yt itself when there are none);

@@ -26,7 +26,7 @@ BIAS, YMAX = -0.3, 4.0
 
 @pytest.fixture(scope="module", autouse=True)
 def toy_registered():
-    # the toy backend, for this module's tests only (its module is tests/toy_backend.py)
+    # the toy backend, for this module's tests only (its module is tests/support/toy_backend.py)
     kernels.register_backend("toy", "toy_backend", arrays="toy_backend")
     yield
     kernels.unregister_backend("toy")
@@ -237,7 +237,7 @@ class TestGpuBackend(BackendChecks):
     name = "gpu"
     columns = False  # the CUDA kernels compute every output of a block
     compacts = False  # device blocks are sent as dense rows
-    training_rtol = 1e-5  # CuPy's exp and log round their last bits their own way (as tests/test_train.py allows)
+    training_rtol = 1e-5  # CuPy's exp and log round their last bits their own way (as tests/train/test_train.py allows)
 
 
 def test_a_backend_is_one_registration(monkeypatch):

@@ -1,7 +1,7 @@
 """The exchange's shared tests: every transport of :mod:`dasknn.runtime.exchange` runs model- and hybrid-mode inference
 and training to the same results. One suite (:class:`ExchangeChecks`), subclassed per transport: the task exchange
 (``tasks``), the peer-to-peer exchange (``p2p``) and, in the tests only, a toy that passes messages as files
-(``tests/toy_exchange.py``)."""
+(``tests/support/toy_exchange.py``)."""
 
 from __future__ import annotations
 

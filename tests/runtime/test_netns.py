@@ -1,5 +1,5 @@
 """Several hosts, really: the scheduler, the client and each worker in a network namespace of its own, every link a
-real interface limited to 1 Gbit/s (``tests/netns.py``). Model-mode inference and training complete and match
+real interface limited to 1 Gbit/s (``tests/support/netns.py``). Model-mode inference and training complete and match
 across them, with 1 ms added on one worker's traffic by a relay, and with one worker's link cut mid-run."""
 
 from __future__ import annotations

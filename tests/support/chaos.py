@@ -33,7 +33,7 @@ class Kill:
     state: str = "processing"
     nth: int = 1
     delay: float = 0.0
-    #: instead of a SIGKILL, cut the worker's link: its address (no port) to its network namespace (tests/netns.py)
+    #: instead of a SIGKILL, cut the worker's link: its address (no port) to its network namespace (tests/support/netns.py)
     cut: tuple[tuple[str, str], ...] = ()
 
     @property

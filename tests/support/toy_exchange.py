@@ -1,7 +1,7 @@
 """A toy transport, in the tests only: each message is a file in a folder every worker can read (a shared file
 system), written atomically by the sender and waited for by the receiver, out of its worker's thread slot. No task
 argument carries a message, as with a transport that pushes messages itself. That it runs the engine's and
-training's shared tests unchanged is the proof that a transport is one room (``tests/test_exchanges.py``)."""
+training's shared tests unchanged is the proof that a transport is one room (``tests/runtime/test_exchanges.py``)."""
 
 from __future__ import annotations
 
