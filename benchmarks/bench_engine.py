@@ -59,6 +59,7 @@ def main() -> None:
                     help="comma-separated mode[:partition[:compact|dense]]")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--chunks", type=int, default=None, help="image chunks (default: the engine's, 2 per thread)")
+    ap.add_argument("--exchange", default="auto", help="model mode's transport: auto, tasks or p2p")
     ap.add_argument("--no-reference", action="store_true", help="skip the SciPy loop (ratios to it are then blank)")
     args = ap.parse_args()
     data = Path(args.data)
@@ -97,10 +98,11 @@ def main() -> None:
                 mode, _, rest = spec.partition(":")
                 part, _, messages = rest.partition(":")
                 engine.infer(store, warm, client, mode=mode, partition=part or "hypergraph", dtype=args.dtype,
-                             messages=messages or "compact")
+                             messages=messages or "compact", exchange=args.exchange)
                 with get_task_stream(client) as ts:
                     r = engine.infer(store, inputs, client, mode=mode, partition=part or "hypergraph",
-                                     dtype=args.dtype, messages=messages or "compact", chunks=args.chunks)
+                                     dtype=args.dtype, messages=messages or "compact", chunks=args.chunks,
+                                     exchange=args.exchange)
                 split = task_time_split(ts.data, r.seconds, threads)
                 wrong = np.setxor1d(r.categories, truth).size
                 sent = (f"{r.bytes_sent / 1e6:.1f} MB (messages {sum(r.message_bytes) / 1e6:.1f}, as dense rows "
