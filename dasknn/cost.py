@@ -31,6 +31,7 @@ from . import kernels
 from .kernels.warm import WarmSpec, warm_kernels
 from .modes import mode_of
 from .plan import local_block, plan_layer, received_rows
+from .runtime.exchange.choice import P2P_MESSAGE_SECONDS
 from .store import LayerStream, open_inputs, open_store
 
 #: Multiply-adds a probe may spend (the probe runs on one worker before the timed run).
@@ -89,6 +90,8 @@ class Prediction:
     #: partition of a few layers, scaled to the depth), "bound" (not estimated: the setup and data mode's compute
     #: cost more than data mode, so the exchange is left at 0 and the prediction is a lower bound); "" in data mode
     volumes_from: str = ""
+    #: model and hybrid modes: the transport the prediction assumes for the boundary messages ("tasks" or "p2p")
+    transport: str = ""
 
     def as_dict(self) -> dict:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -305,6 +308,7 @@ def predict(
     resident: bool | None = None,
     setup: float = 0.0,
     volumes_from: str = "",
+    transport: str = "tasks",
 ) -> Prediction:
     """Predicted seconds of a run with groups of ``group_size`` workers (1: data mode).
 
@@ -322,6 +326,10 @@ def predict(
         Model and hybrid modes: seconds of one-time setup this run pays first (:func:`setup_seconds`), added.
     volumes_from
         Where ``volumes`` came from, recorded in the prediction (see :class:`Prediction`).
+    transport
+        Model and hybrid modes: how the messages travel: ``"tasks"`` (a task per part and layer, and picks) or
+        ``"p2p"`` (a task per part and chunk, and a message per pair and layer sent by the workers themselves,
+        :data:`~dasknn.runtime.exchange.choice.P2P_MESSAGE_SECONDS` each).
     """
     depth = layer_nnz.size
     alive = _per_layer(cal.alive, depth)
@@ -354,13 +362,20 @@ def predict(
         # a step per part and layer packs its own messages; with more than one recipient (g > 2) each gets its
         # share from a small task, and after a sync layer every other part is a recipient (of the mask)
         pairs = float(np.count_nonzero(vol)) / depth * g * (g - 1) if vol.size else 0.0
-        picks = 0.0 if g <= 2 else pairs + g * (g - 1) / sync_every
-        tasks = chunks * depth * (g + picks)
+        if transport == "p2p":
+            tasks = chunks * (2.0 * g + 1)  # a first send and a segment of every layer per part, the categories
+            # (no volumes: the exchange is not estimated, and stays a lower bound of 0)
+            messages = chunks * depth * (pairs + g * (g - 1) / sync_every) if vol.any() else 0.0
+            exchange += messages * P2P_MESSAGE_SECONDS / workers  # sent and read by every worker at once
+        else:
+            picks = 0.0 if g <= 2 else pairs + g * (g - 1) / sync_every
+            tasks = chunks * depth * (g + picks)
     task_time = tasks * cal.task_seconds / max(1, threads)
     seconds = compute + exchange + task_time + read + setup
     return Prediction(mode=mode_of(g, workers), group_size=g, fits=bool(fits or not resident), resident=bool(resident),
                       seconds=seconds, compute=compute, exchange=exchange, tasks=task_time, read=read,
-                      setup_seconds=float(setup), volumes_from=volumes_from if g > 1 else "")
+                      setup_seconds=float(setup), volumes_from=volumes_from if g > 1 else "",
+                      transport=transport if g > 1 else "")
 
 
 def cheapest(predictions: list[Prediction]) -> Prediction:

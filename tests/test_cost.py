@@ -48,6 +48,20 @@ def test_model_mode_adds_its_exchange_and_tasks():
     assert four.tasks == pytest.approx(4 * 3 * (4 + pairs + 4 * 3 / 2) * 1e-3 / 4)
 
 
+def test_p2p_trades_the_tasks_for_messages_sent_by_the_workers():
+    from dasknn.runtime.exchange.choice import P2P_MESSAGE_SECONDS
+
+    tasks, p2p = (_predict(_cal(), 4, workers=4, threads=4, transport=t) for t in ("tasks", "p2p"))
+    assert (tasks.transport, p2p.transport) == ("tasks", "p2p") and p2p.compute == tasks.compute
+    # a first send and a segment per part, and the categories, per chunk; not a task per layer
+    assert p2p.tasks == pytest.approx(4 * (2 * 4 + 1) * 1e-3 / 4)
+    pairs = 2 / 3 * 4 * 3
+    messages = 4 * 3 * (pairs + 4 * 3 / 2)  # per chunk and layer: the pairs that send, and the masks
+    assert p2p.exchange - tasks.exchange == pytest.approx(messages * P2P_MESSAGE_SECONDS / 4)
+    assert p2p.tasks < tasks.tasks
+    assert _predict(_cal(), 1, transport="p2p").transport == ""  # data mode exchanges nothing
+
+
 def test_what_does_not_fit_is_not_chosen():
     # the weights take more than a quarter of a worker: data mode must stream, and pays the reads
     small = dict(memory=60_000)

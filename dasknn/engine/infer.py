@@ -223,7 +223,8 @@ def _probe(recovery: Recovery, store, path: str, sample, count: int, weight_byte
     def measure(workers: list[str]) -> tuple:
         _, threads, memory = _cluster(client, workers)
         return predict_modes(client, workers, threads, store, path, sample, count, o.dtype, memory, weight_bytes,
-                             o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size)
+                             o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size, o.exchange,
+                             o.backend)
 
     recovery.enter("probe")
     return recovery.run(measure)

@@ -198,7 +198,8 @@ def _probe_task(path: str, in_path: str, images: int, dtype: str) -> dict:
 
 def predict_modes(client, workers: list[str], threads: int, store, path: str, in_path: str, images: int, dtype: str,
                   memory: float, weight_bytes: int, partition, chunks: int | None, sync_every: int,
-                  resident: bool | None, everything: bool, group_size: int | None):
+                  resident: bool | None, everything: bool, group_size: int | None, exchange: str = "auto",
+                  backend: str = "cpu"):
     """The cost model's predictions for data mode and every model/hybrid grouping the workers allow.
 
     Model and hybrid modes do data mode's multiply-adds plus their exchange, so where data mode holds the
@@ -207,7 +208,9 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     otherwise the exchange is estimated from a cheap partition of a few layers
     (:func:`~dasknn.partition.cluster.sample_volumes`), and the one-time setup (the partition, the plan) is added
     to the mode's predicted time. Where that setup and data mode's own multiply-adds (which model mode does too)
-    already cost more than data mode, nothing is estimated.
+    already cost more than data mode, nothing is estimated. Model and hybrid modes are predicted with the transport
+    ``exchange`` names, or for ``"auto"`` with the cheaper of the two (the task exchange only on a GPU backend, as
+    :func:`~dasknn.runtime.exchange.choice.choose_exchange` decides).
     """
     from ..cost import Calibration, predict
 
@@ -222,10 +225,13 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
         n_chunks = chunks or default_chunks(images, threads, len(workers), g, res)
 
         def model(volumes=None, setup: float = 0.0, source: str = ""):
-            return predict(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
-                           workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
-                           volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE, sync_every=sync_every,
-                           resident=res, setup=setup, volumes_from=source)
+            transports = [exchange] if exchange != "auto" else ["tasks"] if backend != "cpu" else ["tasks", "p2p"]
+            return min((predict(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
+                                workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
+                                volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE,
+                                sync_every=sync_every, resident=res, setup=setup, volumes_from=source,
+                                transport=t) for t in (transports if g > 1 else ["tasks"])),
+                       key=lambda p: p.seconds)
 
         if g == 1:
             # data mode runs its loop over layers, faster per multiply-add than the probe's single steps
