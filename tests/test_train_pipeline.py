@@ -120,3 +120,30 @@ def test_cli_trains_in_pipeline_mode(tmp_path, capsys, client):
     out = json.loads(capsys.readouterr().out)
     assert out["mode"] == "pipeline" and out["stages"] == 2 and out["micro_batches"] == 2 and out["steps"] == 3
     assert "compile_seconds" in out
+
+
+def test_killed_stage_worker_run_resumes_from_checkpoint(client, tmp_path):
+    # as data and model mode (tests/test_train.py): a worker killed after step 6, the last checkpoint at step 4;
+    # the stages are rebuilt on the workers there are and the run ends as an uninterrupted one
+    import os
+    import signal
+
+    x, y = toy_data(60)
+    kw = dict(epochs=4, batch=16, lr=0.05, optimizer="adam", seed=5, max_steps=12, mode="pipeline", workers=2,
+              micro_batches=2, client=client)
+    whole = tr.train(random_layers(), (x, y), **kw)
+    pids = client.run(os.getpid)
+    killed = []
+
+    def kill_one(step):
+        if step == 6 and not killed:
+            victim = sorted(pids)[-1]
+            os.kill(pids[victim], signal.SIGKILL)
+            killed.append(victim)
+
+    run = tr.train(random_layers(), (x, y), checkpoint=tmp_path / "ck.zarr", checkpoint_every=4, chunk=2,
+                   progress=kill_one, **kw)
+    assert killed and run.restarts == 1 and run.steps == 12
+    for a, b in zip(run.model.params + run.model.slots[1], whole.model.params + whole.model.slots[1]):
+        assert np.array_equal(a, b)
+    assert run.losses == whole.losses
