@@ -11,7 +11,10 @@ The bubble: with K stages of equal work and M micro-batches, GPipe's fill and dr
 forward, backward and update tasks ran: that idle share holds the bubble and everything else a stage waits for
 (the scheduler, the transfers between stages, the client between chunks), so on a small network it is an upper
 bound of the bubble. ``allreduce_values_over_dense`` (2 replicas x 2 stages) is the all-reduce's values over a
-dense all-reduce's (N^2 per layer plus the head), both sent the same number of times.
+dense all-reduce's (N^2 per layer plus the head), both sent the same number of times; ``allreduce_bytes`` measures
+it on a second cluster of 4 workers (each stage instance on its own worker): the bytes per step of 2 replicas x 2
+stages less those of one pipeline of 2 stages (the same activations cross one stage boundary, forward and back),
+against a dense all-reduce's 2 x 8 B x (L N^2 + head) per step (up the tree and back).
 """
 
 from __future__ import annotations
@@ -66,7 +69,15 @@ def main() -> None:
                                 for name, mode, workers, g, micro in RUNS}
         single = one(net, None, "single", 1, None, 4, 2)
     values = sum(p.size for p in single.model.params)
-    res["allreduce_values_over_dense"] = values / (L * N * N + N * CLASSES + CLASSES)
+    dense = L * N * N + N * CLASSES + CLASSES
+    res["allreduce_values_over_dense"] = values / dense
+    with local_client(workers=4, threads_per_worker=1) as c:
+        one(net, c, "pipeline", 4, 2, 4, 2)  # (warm-up)
+        pipe = one(net, c, "pipeline", 2, None, 4, 20).bytes_sent_per_step
+        both = one(net, c, "pipeline", 4, 2, 4, 20).bytes_sent_per_step
+    res["allreduce_bytes"] = {"one_pipeline_K2_per_step": pipe, "two_replicas_x_K2_per_step": both,
+                              "allreduce_per_step": both - pipe, "dense_allreduce_per_step": 2 * 8 * dense,
+                              "ratio_to_dense": (both - pipe) / (2 * 8 * dense)}
     res["median_steps_per_second"] = {name: statistics.median(r[name]["steps_per_second"]
                                                               for r in res["rounds"].values())
                                       for name, *_ in RUNS}
