@@ -10,7 +10,9 @@ The bubble: with K stages of equal work and M micro-batches, GPipe's fill and dr
 (K - 1) / (M + K - 1) of a step. Measured here, per stage, as ``1 - busy / seconds``, busy being the seconds its
 forward, backward and update tasks ran: that idle share holds the bubble and everything else a stage waits for
 (the scheduler, the transfers between stages, the client between chunks), so on a small network it is an upper
-bound of the bubble. ``allreduce_values_over_dense`` (2 replicas x 2 stages) is the all-reduce's values over a
+bound of the bubble. ``ideal_gpipe_seconds`` is the time GPipe's schedule would take with the stages' measured busy
+time and nothing else: (M + K - 1) / M times the busiest stage's (where a replica's stages have their own workers);
+``ideal_over_measured`` is its share of the measured time. ``allreduce_values_over_dense`` (2 replicas x 2 stages) is the all-reduce's values over a
 dense all-reduce's (N^2 per layer plus the head), both sent the same number of times; ``allreduce_bytes`` measures
 it on a second cluster of 4 workers (each stage instance on its own worker): the bytes per step of 2 replicas x 2
 stages less those of one pipeline of 2 stages (the same activations cross one stage boundary, forward and back),
@@ -47,9 +49,13 @@ def figures(r) -> dict:
     if r.mode == "pipeline":
         k, m = r.stages, r.micro_batches
         idle = {key: 1 - busy / r.seconds for key, busy in sorted(r.stage_busy_seconds.items())}
+        # a replica's stages on their own workers, with nothing but their tasks' busy time: GPipe's step is
+        # (M + K - 1) micro-batch slots of the slowest stage; the rest of the measured time is overhead
+        ideal = max(r.stage_busy_seconds.values()) * (m + k - 1) / m
         out.update(stages=k, micro_batches=m, bubble_predicted=(k - 1) / (m + k - 1),
                    stage_busy_seconds=r.stage_busy_seconds, idle_share_measured=idle,
-                   idle_share_mean=statistics.mean(idle.values()))
+                   idle_share_mean=statistics.mean(idle.values()), ideal_gpipe_seconds=ideal,
+                   ideal_over_measured=ideal / r.seconds)
     return out
 
 
