@@ -51,6 +51,18 @@ def test_toy_network_with_replicas_matches_single_process(client):
         assert rel(a, b) < 1e-12
 
 
+def test_more_micro_batches_than_images_and_uneven_batches_match_single_process(client):
+    # batches of 15 (the last of an epoch shorter), 2 replicas x 1 stage, 12 micro-batches of 7 or 8 images: the
+    # empty ones are left out; and 3 stages of a 3-layer network
+    x, y = toy_data(50)
+    kw = dict(epochs=2, batch=15, lr=0.05, optimizer="adam", seed=5)
+    single = tr.train(random_layers(), (x, y), mode="single", **kw)
+    for workers, micro, g in [(2, 12, 1), (3, 5, None)]:
+        run = tr.train(random_layers(), (x, y), mode="pipeline", workers=workers, micro_batches=micro, group_size=g,
+                       client=client, **kw)
+        np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12)
+
+
 @pytest.fixture(scope="module")
 def digits_network():
     pytest.importorskip("sklearn")
