@@ -14,10 +14,11 @@ change). 1F1B (one forward, one backward in turn) gives the same numbers and kee
 activations alive instead of M; it could come later, as an order imposed on each stage's tasks.
 
 One step of one replica is, per micro-batch ``m`` and stage ``s``, a forward task ``pf`` (the stage's layers on the
-previous stage's activations, which Dask moves worker to worker; the last stage also computes the loss and the
-logits' error) and a backward task ``pb`` (the stage's weight gradients and the error of its inputs, sent to the
-previous stage), then per stage ``pgrads`` (the micro-batches' gradients summed in order, as one flat array) and
-``pupdate``: 2·K·M + 2·K tasks per step and pipeline. The stages' arrays (values, optimiser state, for the nonzeros
+previous stage's activations, which Dask moves worker to worker) and a backward task ``pb`` (the stage's weight
+gradients and the error of its inputs, sent to the previous stage); the last stage's forward task computes the
+loss and the logits' error and goes on with the stage's backward pass at once (its activations need not wait).
+Then per stage ``pgrads`` (the micro-batches' gradients summed in order, as one flat array) and ``pupdate`` (the
+last stage's returns the step's losses): (2·K - 1)·M + 2·K tasks per step and pipeline. The stages' arrays (values, optimiser state, for the nonzeros
 only) and each micro-batch's activations between its forward and backward tasks live in the worker's run object
 (:mod:`dasknn.runtime.worker_runs`).
 """
@@ -138,7 +139,8 @@ class PipeRun:
     each stage's tasks were busy (for the bubble's share)."""
 
     stages: dict = field(default_factory=dict)  # (replica, stage) -> StageArrays
-    saved: dict = field(default_factory=dict)  # (step, replica, stage, micro) -> (activations, logits' error)
+    saved: dict = field(default_factory=dict)  # (step, replica, stage, micro) -> activations, until the backward
+    losses: dict = field(default_factory=dict)  # (step, replica, last stage, micro) -> the micro-batch's loss
     grads: dict = field(default_factory=dict)  # (step, replica, stage, micro) -> gradients aligned with params
     busy: dict = field(default_factory=dict)  # "r{replica}-s{stage}" -> seconds in forward/backward/update
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -154,6 +156,7 @@ class PipeRun:
     def close(self) -> None:
         self.stages.clear()
         self.saved.clear()
+        self.losses.clear()
         self.grads.clear()
 
 
@@ -191,10 +194,11 @@ def stage_arrays(run: str, replica: int, stage: int) -> StageArrays:
     return found
 
 
-def forward_stage(task: MicroTask, inputs, idx: np.ndarray, labels, scale: float, after) -> object:
+def forward_stage(task: MicroTask, inputs, idx: np.ndarray, labels, scale: float, after) -> np.ndarray | None:
     """The stage's layers on a micro-batch: the images ``idx`` of ``inputs`` (the training images, stage 0) or the
-    previous stage's activations. Returns the activations for the next stage; the last stage returns the
-    micro-batch's loss (scaled by the whole batch) and keeps the logits' error for its backward task."""
+    previous stage's activations. Returns the activations for the next stage. The last stage goes on at once: the
+    micro-batch's loss (scaled by the whole batch, kept for the update task to return), then the stage's backward
+    pass (:func:`backward_stage`'s work), and returns the error of its inputs for the previous stage."""
     t0 = time.perf_counter()
     run = pipe_run(task.run)
     st = run.stages[(task.replica, task.stage)]
@@ -202,23 +206,31 @@ def forward_stage(task: MicroTask, inputs, idx: np.ndarray, labels, scale: float
     ys = [np.ascontiguousarray(xin, dtype=np.float64)]
     for (indptr, indices), values in zip(st.patterns, st.params):
         ys.append(forward_layer(ys[-1], indptr, indices, values, st.bias, st.ymax))
-    out, dlog = ys[-1], None
     if st.last:
         hw, hb = st.params[-2], st.params[-1]
-        out, dlog = softmax_xent(hw.T @ ys[-1] + hb[:, None], labels[idx], scale)
-    run.saved[task.key] = (ys, dlog)
+        run.losses[task.key], dlog = softmax_xent(hw.T @ ys[-1] + hb[:, None], labels[idx], scale)
+        out = _backward(run, st, task, ys, dlog, None)
+    else:
+        run.saved[task.key], out = ys, ys[-1]
     run.add_busy(task.replica, task.stage, time.perf_counter() - t0)
     return out
 
 
-def backward_stage(task: MicroTask, error, after) -> np.ndarray | None:
-    """The stage's layers backwards on a micro-batch: from the logits' error (last stage) or the error of its
-    outputs that the next stage returned; keeps its weight gradients; returns the error of its inputs (None at
-    stage 0, whose inputs are the images)."""
+def backward_stage(task: MicroTask, error: np.ndarray, after) -> np.ndarray | None:
+    """A stage's layers backwards on a micro-batch (all but the last stage, whose forward task does it), from the
+    error of its outputs that the next stage returned; keeps its weight gradients; returns the error of its inputs
+    (None at stage 0, whose inputs are the images)."""
     t0 = time.perf_counter()
     run = pipe_run(task.run)
     st = run.stages[(task.replica, task.stage)]
-    ys, dlog = run.saved.pop(task.key)
+    g = _backward(run, st, task, run.saved.pop(task.key), None, error)
+    run.add_busy(task.replica, task.stage, time.perf_counter() - t0)
+    return g
+
+
+def _backward(run: PipeRun, st: StageArrays, task: MicroTask, ys: list[np.ndarray], dlog, error) -> np.ndarray | None:
+    # the stage's gradients, from the logits' error (last stage) or its outputs' error, kept in the run; returns
+    # the error of its inputs (None at stage 0)
     grads: list = [None] * len(st.params)
     g = error
     if st.last:
@@ -231,7 +243,6 @@ def backward_stage(task: MicroTask, error, after) -> np.ndarray | None:
         grads[j] = weight_grad(indptr, indices, ys[j], delta)
         g = back_input(indptr, indices, st.params[j], delta, st.neurons) if j > 0 or task.stage > 0 else None
     run.grads[task.key] = grads
-    run.add_busy(task.replica, task.stage, time.perf_counter() - t0)
     return g
 
 
@@ -243,8 +254,9 @@ def stage_gradients(task: MicroTask, micros: int, after) -> np.ndarray:
     return pairwise_sum(flats)
 
 
-def apply_stage(task: MicroTask, lr: float, total: np.ndarray) -> None:
-    """The optimiser step of the stage from its gradient values (summed over the micro-batches and replicas)."""
+def apply_stage(task: MicroTask, lr: float, total: np.ndarray, micros: int) -> list[float] | None:
+    """The optimiser step of the stage from its gradient values (summed over the micro-batches and replicas). The
+    last stage returns its ``micros`` micro-batches' losses of the step, in order."""
     t0 = time.perf_counter()
     run = pipe_run(task.run)
     st = run.stages[(task.replica, task.stage)]
@@ -254,6 +266,9 @@ def apply_stage(task: MicroTask, lr: float, total: np.ndarray) -> None:
     run.stages[(task.replica, task.stage)] = dataclasses.replace(
         st, params=tuple(params), slots=tuple(tuple(s) for s in slots), step=step)
     run.add_busy(task.replica, task.stage, time.perf_counter() - t0)
+    if not st.last:
+        return None
+    return [run.losses.pop(dataclasses.replace(task, micro=m).key) for m in range(micros)]
 
 
 # client side: the graphs
@@ -297,61 +312,57 @@ class PipelineRunner:
         self.graphs += 1
         graph = PinnedGraph(f"{self.run_id}x{self.graphs}")
         updated: dict[tuple[int, int], str] = {}  # (replica, stage) -> its last update in this graph
-        loss_keys: list[list[str]] = []
+        loss_keys: list[list[str]] = []  # per step, each replica's last stage's update (its micro-batches' losses)
+        last = self.stages - 1
         for t, idx in enumerate(steps, start=first):
             shares = np.array_split(idx, len(self.replicas))
-            flats, step_losses = [], []
+            flats, micros = [], []
             for r, share in enumerate(shares):
-                micros = [m for m in np.array_split(share, self.micro_batches) if m.size]
-                keys, grads = self._replica_step(graph, t, r, micros, float(idx.size), updated)
-                step_losses += keys
-                flats.append(grads)
-            loss_keys.append(step_losses)
+                parts = [m for m in np.array_split(share, self.micro_batches) if m.size]
+                flats.append(self._replica_step(graph, t, r, parts, float(idx.size), updated))
+                micros.append(len(parts))
             for s in range(self.stages):
                 # stage s of every replica holds the same layers: sum their gradient values (values only)
                 root = tree_sum(graph, [flats[r][s] for r in range(len(self.replicas))],
                                 [ws[s] for ws in self.replicas], f"pallreduce-t{t}-s{s}")
                 for r, ws in enumerate(self.replicas):
                     updated[(r, s)] = graph.add(ws[s], f"pupdate-t{t}-r{r}-s{s}", (
-                        apply_stage, MicroTask(self.run_id, t, r, s, 0), lr, ref(root)))
+                        apply_stage, MicroTask(self.run_id, t, r, s, 0), lr, ref(root), micros[r]))
+            loss_keys.append([updated[(r, last)] for r in range(len(self.replicas))])
         flat_losses = [k for keys in loss_keys for k in keys]
-        futures = graph.submit(self.client, flat_losses + list(updated.values()))
+        rest = [k for (_, s), k in updated.items() if s != last]  # (waited for: the next graph starts from them)
+        futures = graph.submit(self.client, flat_losses + rest)
         watch(self.client, futures, set(self.workers))
-        values = self.client.gather(futures)  # (the updates too: the next graph starts from their state)
+        values = self.client.gather(futures)
         out, at = [], 0
         for keys in loss_keys:
             # the micro-batches' and replicas' losses are shares of the batch's loss: their sum, in order
-            out.append(float(sum(values[at:at + len(keys)])))
+            out.append(float(sum(v for shares in values[at:at + len(keys)] for v in shares)))
             at += len(keys)
         return out
 
     def _replica_step(self, graph: PinnedGraph, t: int, r: int, micros: list[np.ndarray], scale: float,
-                      updated: dict) -> tuple[list[str], list[str]]:
-        # step t of replica r: forward tasks micro-batch by micro-batch through the stages, backward tasks back;
-        # returns the last stage's forward keys (the losses) and each stage's summed gradients' key
+                      updated: dict) -> list[str]:
+        # step t of replica r: forward tasks micro-batch by micro-batch through the stages (the last stage's goes on
+        # backwards), backward tasks back; returns each stage's summed gradients' key
         ws, stages = self.replicas[r], self.stages
-        fwd = []
+        back: list[list[str]] = [[] for _ in range(stages)]
         for m, idx in enumerate(micros):
-            keys, prev = [], None
+            fwd, prev = [], None
             for s in range(stages):
                 after = ref(updated[(r, s)]) if (r, s) in updated else None  # the previous step's update
                 inputs = self.x[ws[0]] if s == 0 else ref(prev)
                 labels = self.y[ws[-1]] if s == stages - 1 else None
                 prev = graph.add(ws[s], f"pf-t{t}-r{r}-s{s}-m{m}", (
                     forward_stage, MicroTask(self.run_id, t, r, s, m), inputs, idx, labels, scale, after))
-                keys.append(prev)
-            fwd.append(keys)
-        back: list[list[str]] = [[] for _ in range(stages)]
-        for m in range(len(micros)):
-            err = None
-            for s in range(stages - 1, -1, -1):
-                err = graph.add(ws[s], f"pb-t{t}-r{r}-s{s}-m{m}", (
-                    backward_stage, MicroTask(self.run_id, t, r, s, m), None if err is None else ref(err),
-                    ref(fwd[m][s])))
-                back[s].append(err)
-        grads = [graph.add(ws[s], f"pgrads-t{t}-r{r}-s{s}", (
+                fwd.append(prev)
+            back[-1].append(prev)
+            for s in range(stages - 2, -1, -1):
+                prev = graph.add(ws[s], f"pb-t{t}-r{r}-s{s}-m{m}", (
+                    backward_stage, MicroTask(self.run_id, t, r, s, m), ref(prev), ref(fwd[s])))
+                back[s].append(prev)
+        return [graph.add(ws[s], f"pgrads-t{t}-r{r}-s{s}", (
             stage_gradients, MicroTask(self.run_id, t, r, s, 0), len(micros), refs(back[s]))) for s in range(stages)]
-        return [keys[-1] for keys in fwd], grads
 
     def model(self) -> Model:
         """The model as the stages of replica 0 hold it now."""
