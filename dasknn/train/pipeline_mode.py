@@ -14,7 +14,8 @@ change). 1F1B (one forward, one backward in turn) gives the same numbers and kee
 activations alive instead of M; it could come later, as an order imposed on each stage's tasks.
 
 One step of one replica is, per micro-batch ``m`` and stage ``s``, a forward task ``pf`` (the stage's layers on the
-previous stage's activations, which Dask moves worker to worker) and a backward task ``pb`` (the stage's weight
+previous stage's activations, which Dask moves worker to worker as model mode's compact messages, the zeros left
+out) and a backward task ``pb`` (the stage's weight
 gradients and the error of its inputs, sent to the previous stage); the last stage's forward task computes the
 loss and the logits' error and goes on with the stage's backward pass at once (its activations need not wait).
 Then per stage ``pgrads`` (the micro-batches' gradients summed in order, as one flat array) and ``pupdate`` (the
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DasknnError
-from ..kernels import back_input, weight_grad
+from ..kernels import back_input, pack_rows, unpack_rows, weight_grad
 from ..runtime.graph import PinnedGraph, pairwise_sum, ref, refs, tree_sum
 from ..runtime.recovery import watch
 from ..runtime.worker_runs import close_run, run_figures, worker_run
@@ -194,36 +195,49 @@ def stage_arrays(run: str, replica: int, stage: int) -> StageArrays:
     return found
 
 
-def forward_stage(task: MicroTask, inputs, idx: np.ndarray, labels, scale: float, after) -> np.ndarray | None:
+def _message(block: np.ndarray | None) -> tuple | None:
+    # what crosses a stage boundary: all the rows of the block, as model mode's compact messages (the zeros of
+    # the activations and of the errors left out; lossless)
+    return None if block is None else pack_rows(block, np.arange(block.shape[0]), None, True)
+
+
+def _block(message: tuple) -> np.ndarray:
+    out = np.empty((int(message[0][0]), int(message[0][1])))
+    unpack_rows(message, out)
+    return out
+
+
+def forward_stage(task: MicroTask, inputs, idx: np.ndarray, labels, scale: float, after) -> tuple | float | None:
     """The stage's layers on a micro-batch: the images ``idx`` of ``inputs`` (the training images, stage 0) or the
-    previous stage's activations. Returns the activations for the next stage. The last stage goes on at once: the
-    micro-batch's loss (scaled by the whole batch, kept for the update task to return), then the stage's backward
-    pass (:func:`backward_stage`'s work), and returns the error of its inputs for the previous stage."""
+    previous stage's activations (a compact message). Returns the activations for the next stage, as a message.
+    The last stage goes on at once: the micro-batch's loss (scaled by the whole batch, kept for the update task to
+    return), then the stage's backward pass (:func:`backward_stage`'s work), and returns the error of its inputs
+    for the previous stage, as a message."""
     t0 = time.perf_counter()
     run = pipe_run(task.run)
     st = run.stages[(task.replica, task.stage)]
-    xin = inputs[:, idx] if task.stage == 0 else inputs
+    xin = inputs[:, idx] if task.stage == 0 else _block(inputs)
     ys = [np.ascontiguousarray(xin, dtype=np.float64)]
     for (indptr, indices), values in zip(st.patterns, st.params):
         ys.append(forward_layer(ys[-1], indptr, indices, values, st.bias, st.ymax))
     if st.last:
         hw, hb = st.params[-2], st.params[-1]
         run.losses[task.key], dlog = softmax_xent(hw.T @ ys[-1] + hb[:, None], labels[idx], scale)
-        out = _backward(run, st, task, ys, dlog, None)
+        out = _message(_backward(run, st, task, ys, dlog, None))
     else:
-        run.saved[task.key], out = ys, ys[-1]
+        run.saved[task.key], out = ys, _message(ys[-1])
     run.add_busy(task.replica, task.stage, time.perf_counter() - t0)
     return out
 
 
-def backward_stage(task: MicroTask, error: np.ndarray, after) -> np.ndarray | None:
+def backward_stage(task: MicroTask, error: tuple, after) -> tuple | None:
     """A stage's layers backwards on a micro-batch (all but the last stage, whose forward task does it), from the
-    error of its outputs that the next stage returned; keeps its weight gradients; returns the error of its inputs
-    (None at stage 0, whose inputs are the images)."""
+    error of its outputs that the next stage returned (a message); keeps its weight gradients; returns the error of
+    its inputs as a message (None at stage 0, whose inputs are the images)."""
     t0 = time.perf_counter()
     run = pipe_run(task.run)
     st = run.stages[(task.replica, task.stage)]
-    g = _backward(run, st, task, run.saved.pop(task.key), None, error)
+    g = _message(_backward(run, st, task, run.saved.pop(task.key), None, _block(error)))
     run.add_busy(task.replica, task.stage, time.perf_counter() - t0)
     return g
 
