@@ -29,12 +29,17 @@ def add_train_parser(subparsers) -> None:
                    help="optimiser; its state is stored for the nonzeros only (default adam)")
     p.add_argument("--mode", choices=MODES, default="model",
                    help="single process, data (replicas all-reduce gradient values), model (partitioned layers; "
-                        "default) or hybrid (groups split the batch, model mode in each)")
+                        "default), hybrid (groups split the batch, model mode in each) or pipeline (consecutive "
+                        "stages of layers, one per worker; micro-batches flow through them)")
     p.add_argument("--partition", default="hypergraph", metavar="METHOD",
                    help="model mode: partition method or owners .npy (default hypergraph)")
-    p.add_argument("--workers", type=positive_int, default=2, help="replicas, parts, or groups x parts (default 2)")
+    p.add_argument("--workers", type=positive_int, default=2,
+                   help="replicas, parts, groups x parts, or pipelines x stages (default 2)")
     p.add_argument("--group-size", type=int, default=None, metavar="G",
-                   help="hybrid mode: parts per group; the groups split each batch (default 2 where it divides)")
+                   help="hybrid mode: parts per group; the groups split each batch (default 2 where it divides); "
+                        "pipeline mode: stages per pipeline (default all the workers: one pipeline)")
+    p.add_argument("--micro-batches", type=positive_int, default=4, metavar="M",
+                   help="pipeline mode: micro-batches per pipeline's share of each batch (default 4)")
     p.add_argument("--exchange", choices=("auto", "tasks", "p2p"), default="auto",
                    help="model/hybrid: how the parts' messages travel: as task results Dask moves (tasks: tasks per "
                         "part and layer of every step), pushed worker to worker over Dask's comms (p2p: one task per "
@@ -61,7 +66,7 @@ def run_train(args) -> int:
                   partition=args.partition, workers=args.workers, group_size=args.group_size,
                   checkpoint_every=args.checkpoint_every,
                   checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, bias=args.bias, init=args.init,
-                  backend="gpu" if args.gpu else "cpu", exchange=args.exchange)
+                  backend="gpu" if args.gpu else "cpu", exchange=args.exchange, micro_batches=args.micro_batches)
     tls = getattr(args, "tls", False) or getattr(args, "tls_ca", None)
     if args.mode != "single" and (getattr(args, "scheduler", None) or tls):
         with local_client(workers=None if args.scheduler else min(args.workers, os.cpu_count() or 1),
@@ -109,7 +114,7 @@ def check_before_a_cluster(args: argparse.Namespace) -> None:
     from ..train.driver import check_arguments
 
     check_arguments(args.mode, args.epochs, args.batch, args.lr, args.workers, args.group_size,
-                    args.checkpoint_every, args.checkpoint, args.resume)
+                    args.checkpoint_every, args.checkpoint, args.resume, args.micro_batches)
     check_backend("gpu" if args.gpu else "cpu", args.mode)
     open_store(args.network, check="metadata")
 

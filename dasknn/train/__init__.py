@@ -1,7 +1,9 @@
-"""Training a sparse network with a fixed sparsity pattern: single process, or on Dask in data or model mode.
+"""Training a sparse network with a fixed sparsity pattern: single process, or on Dask in data, model, hybrid or
+pipeline mode.
 
 Modules: :mod:`.model` (the model, its passes and optimiser), :mod:`.data` (images, split, batch schedule),
-:mod:`.checkpoint`, :mod:`.data_mode` and :mod:`.model_mode` (the Dask task graphs of each mode),
+:mod:`.checkpoint`, :mod:`.data_mode`, :mod:`.model_mode` and :mod:`.pipeline_mode` (the Dask task graphs of each
+mode),
 :mod:`.weights` (importing dense weights), :mod:`.driver` (:func:`train`). The command line is in
 :mod:`dasknn.cli.train`.
 
@@ -43,6 +45,13 @@ Modes on Dask
   the same partition. Part ``q`` of every group holds the same columns, so the groups all-reduce each part's
   gradient values (values only, a tree of tasks pinned to the parts' workers, as in data mode) and every copy
   applies the same step.
+* ``pipeline``: the layers are cut into ``group_size`` consecutive stages balanced by entries (all the workers by
+  default), one per worker, each holding its layers' values and optimiser state (the last stage also the head).
+  Each batch is split into micro-batches that flow forward stage to stage (the activations travel worker to
+  worker) and back (the errors of a stage's inputs travel to the previous stage); each stage sums its
+  micro-batches' gradients and applies the step once all have come back (GPipe's fill and drain, so a step is
+  one synchronous step on the whole batch). With fewer stages than workers, replicas of the pipeline split the
+  batch and all-reduce each stage's gradient values as hybrid mode does.
 
 If a worker is lost mid-run, the run is rebuilt on the workers there are from the last checkpoint this run
 wrote (or from its start) and continues: the batches depend only on the seed and the step, so nothing is lost

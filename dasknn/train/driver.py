@@ -1,5 +1,5 @@
 """The training driver: :func:`train` checks its arguments, loads the data and the model, runs the steps in one
-process or on Dask (data, model or hybrid mode) in chunks with checkpoints, and restarts from the last checkpoint
+process or on Dask (data, model, hybrid or pipeline mode) in chunks with checkpoints, and restarts from the last checkpoint
 when a worker is lost."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +28,7 @@ from .data_mode import DataRunner
 from .device import check_backend, take_batch
 from .model import Model, accuracy, init_model, sgd_step
 from .model_mode import ModelRunner
+from .pipeline_mode import PipelineRunner
 
 MODES = modes.TRAINING
 #: Times a run rebuilds itself after losing a worker before it gives up.
@@ -56,6 +57,11 @@ class TrainResult:
     #: compiling the kernels (or loading them from Numba's cache) before the steps' clock: the longest warm-up
     #: among the workers (this process in single mode); ``seconds`` is the steps alone
     compile_seconds: float = 0.0
+    #: pipeline mode: stages per pipeline, micro-batches per replica's share of a batch, and the seconds each
+    #: stage's tasks were busy (by ``"r{replica}-s{stage}"``; the bubble is the rest of ``seconds``)
+    stages: int = 0
+    micro_batches: int = 0
+    stage_busy_seconds: dict = field(default_factory=dict)
 
     @property
     def bytes_sent_per_step(self) -> float:
@@ -70,7 +76,8 @@ class TrainResult:
                 "test_accuracy": self.test_accuracy, "state_bytes": self.model.state_bytes(),
                 "dense_masked_state_bytes": self.model.dense_masked_state_bytes(),
                 "bytes_sent_per_step": self.bytes_sent_per_step, "optimizer": self.model.optimizer,
-                "group_size": self.group_size, "restarts": self.restarts}
+                "group_size": self.group_size, "restarts": self.restarts, "stages": self.stages,
+                "micro_batches": self.micro_batches}
 
 
 def layers_of(network) -> tuple[list[sp.csc_matrix], str | None]:
@@ -86,12 +93,15 @@ def layers_of(network) -> tuple[list[sp.csc_matrix], str | None]:
 
 
 def check_arguments(mode: str, epochs: int, batch: int, lr: float, workers: int, group_size: int | None,
-                    checkpoint_every: int, checkpoint, resume: bool) -> int:
-    """Refuse what cannot run (one line each); return the parts per group (1 outside model and hybrid mode)."""
+                    checkpoint_every: int, checkpoint, resume: bool, micro_batches: int = 4) -> int:
+    """Refuse what cannot run (one line each); return the parts per group (1 outside model and hybrid mode; the
+    stages per pipeline in pipeline mode)."""
     if mode not in MODES:
         raise DasknnError(f"--mode must be one of {', '.join(MODES)}, not {mode!r}")
     if epochs < 1 or batch < 1 or workers < 1 or not lr > 0:
         raise DasknnError("--epochs, --batch and --workers must be at least 1 and --lr positive")
+    if micro_batches < 1:
+        raise DasknnError(f"--micro-batches must be at least 1, not {micro_batches}")
     parts = modes.group_size_of(mode, workers, group_size)
     if (checkpoint_every or resume) and checkpoint is None:
         raise DasknnError("--checkpoint-every and --resume need --checkpoint STORE")
@@ -125,6 +135,8 @@ class _Job:
     progress: Callable[[int], None] | None
     #: the training kernels on this device, compiled before the clock
     warm: WarmSpec
+    #: pipeline mode: micro-batches per replica's share of a batch
+    micro_batches: int = 4
 
 
 @dataclass
@@ -135,6 +147,7 @@ class _Outcome:
     bytes_sent: int = 0
     restarts: int = 0
     compile_seconds: float = 0.0
+    figures: dict = field(default_factory=dict)  # what the runner measured (pipeline mode: stages' busy time)
 
 
 def _start_model(layers, classes: int, neurons: int, checkpoint, resume: bool, **init) -> Model:
@@ -192,6 +205,9 @@ def _runner_factory(client, mode: str, workers: int, parts: int, owners: np.ndar
         ws = [names[i % len(names)] for i in range(workers)]
         if mode == "data":
             return DataRunner(client, ws, m, job.xt, job.labels), len(names)
+        if mode == modes.PIPELINE:  # replicas of `parts` stages each
+            return PipelineRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, job.xt,
+                                  job.labels, job.micro_batches), len(names)
         return ModelRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, owners, job.xt,
                            job.labels, exchange), len(names)
 
@@ -237,11 +253,12 @@ def _run_on_cluster(client, recovery: Recovery, start_on_cluster, model: Model, 
         # the figures before the model comes back to the client (the gather is counted as sent)
         seconds = time.perf_counter() - run.t0
         sent1 = client.run(metrics.bytes_sent)
+        figures = run.runner.figures() if hasattr(run.runner, "figures") else {}
         final = run.runner.model()
         run.runner.close()
         # a lost worker's counter is lost with it; a restarted one counts from zero
         sent = sum(sent1[w] - run.sent0.get(w, 0) for w in sent1)
-        return _Outcome(final, run.losses, seconds, sent, len(recovery.losses), run.compile_seconds)
+        return _Outcome(final, run.losses, seconds, sent, len(recovery.losses), run.compile_seconds, figures)
 
     def on_loss(lost) -> dict:
         if run.runner is not None:
@@ -257,7 +274,7 @@ def _train_on(client, mode: str, layers, partition, parts: int, path: str | None
     recovery = Recovery(client, "training", sorted(workers_info(client)), max_losses=MAX_RESTARTS,
                         wait_seconds=AWAIT_WORKERS_SECONDS, advice="see the workers' logs")
     owners, part_name = None, ""
-    if mode != "data":
+    if mode in (modes.MODEL, modes.HYBRID):
         # computed once: a restart after a lost worker reuses it (each part's worker makes its plan from it)
         recovery.enter("partition")
         owners, part_name = recovery.run(lambda ws: _owners(layers, partition, parts, path, seed, client))
@@ -296,6 +313,7 @@ def train(
     progress: Callable[[int], None] | None = None,
     backend: str = "cpu",
     exchange: str = "auto",
+    micro_batches: int = 4,
 ) -> TrainResult:
     """Train a sparse network (fixed pattern) with a dense classifier head; see the module's description.
 
@@ -309,7 +327,9 @@ def train(
         or a pair ``(x, y)`` of arrays (NumPy, ``scipy.sparse``, CuPy or ``dask.array``; rows are images, ``y``
         the labels). A seeded ``test_share`` is held out.
     mode
-        ``"single"`` (this process, no Dask), ``"data"``, ``"model"`` or ``"hybrid"``.
+        ``"single"`` (this process, no Dask), ``"data"``, ``"model"``, ``"hybrid"`` or ``"pipeline"`` (the
+        layers cut into consecutive stages balanced by entries, one per worker; micro-batches flow through them,
+        GPipe's fill and drain: see :mod:`dasknn.train.pipeline_mode`).
     partition
         Model and hybrid mode: an owners array or a partition method; for a stored network also a ``.npy``
         file, and a method's partition is computed once, on a worker of the cluster where one has the memory,
@@ -319,7 +339,7 @@ def train(
         workers.
     group_size
         Hybrid mode: parts per group (2 by default where the workers divide evenly); the groups split each
-        batch.
+        batch. Pipeline mode: stages per pipeline (all the workers by default); the pipelines split each batch.
     checkpoint, checkpoint_every, resume
         Save the model (atomically) every ``checkpoint_every`` steps and at the end; with ``resume``, continue
         from the checkpoint: the batches depend only on the seed and the step, so the result is that of an
@@ -336,6 +356,9 @@ def train(
     backend
         ``"cpu"`` (NumPy, Numba kernels) or ``"gpu"`` (the same step on CuPy arrays and the CUDA kernels; single
         and data mode; the checkpoints and the result are on the host).
+    micro_batches
+        Pipeline mode: micro-batches per pipeline's share of each batch (the bubble is (K - 1) / (M + K - 1) of
+        a step for K stages and M micro-batches).
 
     Notes
     -----
@@ -344,9 +367,13 @@ def train(
     written by this run, or from the start without one, at most :data:`MAX_RESTARTS` times: the result is that
     of an uninterrupted run.
     """
-    parts = check_arguments(mode, epochs, batch, lr, workers, group_size, checkpoint_every, checkpoint, resume)
+    parts = check_arguments(mode, epochs, batch, lr, workers, group_size, checkpoint_every, checkpoint, resume,
+                            micro_batches)
     check_backend(backend, mode)
     layers, path = layers_of(network)
+    if mode == modes.PIPELINE and parts > len(layers):
+        raise DasknnError(f"pipeline mode: {parts} stages need at least as many layers, the network has "
+                          f"{len(layers)} (--group-size sets the stages per pipeline)")
     neurons = int(layers[0].shape[0])
     x, y = load_data(data, neurons)
     x_tr, y_tr, x_te, y_te = split(x, y, test_share, seed)
@@ -356,7 +383,7 @@ def train(
     bounds = list(chunk_bounds(model.step, len(todo), chunk, checkpoint_every))
     # the images and labels go to the device once; the batches are taken there
     job = _Job(to_device(np.ascontiguousarray(x_tr.T), backend), to_device(y_tr, backend), todo, bounds, lr,
-               checkpoint, checkpoint_every, seed, progress, WarmSpec(backend=backend, training=True))
+               checkpoint, checkpoint_every, seed, progress, WarmSpec(backend=backend, training=True), micro_batches)
     part_name = ""
     if mode == "single":
         run = _run_single(model.on(backend), job)
@@ -376,5 +403,14 @@ def train(
                        test_accuracy=accuracy(run.model, np.ascontiguousarray(x_te.T), y_te),
                        train_accuracy=accuracy(run.model, np.ascontiguousarray(x_tr.T), y_tr),
                        bytes_sent=run.bytes_sent,
-                       partition=part_name, restarts=run.restarts, group_size=parts if mode == "hybrid" else 0,
-                       compile_seconds=run.compile_seconds)
+                       partition=part_name, restarts=run.restarts,
+                       group_size=parts if mode in (modes.HYBRID, modes.PIPELINE) else 0,
+                       compile_seconds=run.compile_seconds, **_pipeline_figures(mode, parts, micro_batches, run))
+
+
+def _pipeline_figures(mode: str, parts: int, micro_batches: int, run: _Outcome) -> dict:
+    # TrainResult's pipeline fields (empty outside pipeline mode)
+    if mode != modes.PIPELINE:
+        return {}
+    return {"stages": parts, "micro_batches": micro_batches,
+            "stage_busy_seconds": run.figures.get("stage_busy_seconds", {})}

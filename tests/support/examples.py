@@ -45,3 +45,8 @@ def toy_data(count=40, n=N, seed=2):
     x = rng.random((count, n)) * (rng.random((count, n)) < 0.5)
     y = rng.integers(0, C, count)
     return x, y
+
+
+def rel(a, b):
+    """The largest difference between ``a`` and ``b`` relative to the largest magnitude in ``b``."""
+    return np.abs(a - b).max() / max(np.abs(b).max(), 1e-300)

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 from dasknn import train as tr
 
-from examples import C, N, random_layers, toy_data
+from examples import C, N, random_layers, rel, toy_data
 
 
 def dense_reference(model, xt, labels):
@@ -37,10 +37,6 @@ def dense_reference(model, xt, labels):
         grads[k - 1] = dw[m.row, m.col][np.lexsort((m.row, m.col))]  # CSC order: by column, then row
         g = ws[k - 1] @ delta
     return loss, grads
-
-
-def rel(a, b):
-    return np.abs(a - b).max() / max(np.abs(b).max(), 1e-300)
 
 
 @pytest.mark.parametrize("bias,ymax", [(0.0, math.inf), (-0.05, 1.5)])

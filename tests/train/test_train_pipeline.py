@@ -1,0 +1,161 @@
+"""Training in pipeline mode: stage cuts, split and join, losses against one process to 1e-12 on the digits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dasknn import train as tr
+from dasknn.errors import DasknnError
+from dasknn.train.pipeline_mode import join_stages, split_stages, train_stage_cuts
+
+from examples import C, random_layers, rel, toy_data
+
+STEPS = 8
+
+
+def test_stage_cuts_are_consecutive_balanced_and_leave_every_stage_a_layer():
+    assert train_stage_cuts([10, 10, 10, 10], 2) == [(0, 2), (2, 4)]
+    assert train_stage_cuts([30, 10, 10, 10], 2) == [(0, 1), (1, 4)]
+    assert train_stage_cuts([1, 1, 1, 100], 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert train_stage_cuts([5] * 7, 1) == [(0, 7)]
+    cuts = train_stage_cuts([3, 9, 4, 4, 8, 1, 7], 3)
+    assert cuts[0][0] == 0 and cuts[-1][1] == 7 and all(a < b for a, b in cuts)
+    assert all(b == c for (_, b), (c, _) in zip(cuts, cuts[1:]))
+    with pytest.raises(DasknnError, match="3 stages"):
+        train_stage_cuts([1, 1], 3)
+
+
+def test_split_and_join_stages_give_the_model_back():
+    model = tr.init_model(random_layers(depth=5), C, seed=3, optimizer="adam")
+    model.slots = [[s + i + 1 for s in slot] for i, slot in enumerate(model.slots)]  # (not zeros: seen joined)
+    stages = split_stages(model, train_stage_cuts([p.size for p in model.params[:5]], 3))
+    assert [len(st.params) for st in stages][:2] == [st.hi - st.lo for st in stages[:2]]
+    assert len(stages[-1].params) == stages[-1].hi - stages[-1].lo + 2  # (the head)
+    back = join_stages(model, stages)
+    for a, b in zip(back.params + back.slots[0] + back.slots[1], model.params + model.slots[0] + model.slots[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_toy_network_with_replicas_matches_single_process(client):
+    # 2 replicas x 2 stages (4 workers round-robin on 2), 3 micro-batches of each replica's share; momentum
+    x, y = toy_data(60)
+    kw = dict(epochs=4, batch=16, lr=0.05, optimizer="momentum", seed=5, max_steps=6)
+    single = tr.train(random_layers(depth=4), (x, y), mode="single", **kw)
+    run = tr.train(random_layers(depth=4), (x, y), mode="pipeline", workers=4, group_size=2, micro_batches=3,
+                   client=client, **kw)
+    assert run.stages == 2 and run.micro_batches == 3 and run.group_size == 2
+    assert set(run.stage_busy_seconds) == {"r0-s0", "r0-s1", "r1-s0", "r1-s1"}
+    np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12)
+    for a, b in zip(run.model.params, single.model.params):
+        assert rel(a, b) < 1e-12
+
+
+def test_more_micro_batches_than_images_and_uneven_batches_match_single_process(client):
+    # batches of 15 (the last of an epoch shorter), 2 replicas x 1 stage, 12 micro-batches of 7 or 8 images: the
+    # empty ones are left out; and 3 stages of a 3-layer network
+    x, y = toy_data(50)
+    kw = dict(epochs=2, batch=15, lr=0.05, optimizer="adam", seed=5)
+    single = tr.train(random_layers(), (x, y), mode="single", **kw)
+    for workers, micro, g in [(2, 12, 1), (3, 5, None)]:
+        run = tr.train(random_layers(), (x, y), mode="pipeline", workers=workers, micro_batches=micro, group_size=g,
+                       client=client, **kw)
+        np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def digits_network():
+    pytest.importorskip("sklearn")
+    from dasknn import generate
+
+    return generate.network(1024, 4, seed=0)
+
+
+@pytest.fixture(scope="module")
+def digits_single(digits_network):
+    return {opt: tr.train(digits_network, "digits", batch=64, lr=1e-3, optimizer=opt, mode="single", seed=0,
+                          max_steps=STEPS) for opt in ("sgd", "adam")}
+
+
+@pytest.mark.parametrize("stages,micro", [(2, 4), (4, 8)])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_digits_losses_equal_single_process(client, digits_network, digits_single, stages, micro, optimizer):
+    run = tr.train(digits_network, "digits", batch=64, lr=1e-3, optimizer=optimizer, mode="pipeline",
+                   workers=stages, micro_batches=micro, client=client, seed=0, max_steps=STEPS)
+    single = digits_single[optimizer]
+    assert run.steps == STEPS and run.stages == stages and run.micro_batches == micro
+    np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12)
+    for a, b in zip(run.model.params, single.model.params):
+        assert rel(a, b) < 1e-10
+    assert run.summary()["stages"] == stages and run.bytes_sent_per_step > 0
+
+
+def test_digits_deeper_network_losses_equal_single_process(client):
+    # 1024 x 16, 4 stages of 4 layers, 4 micro-batches, Adam
+    pytest.importorskip("sklearn")
+    from dasknn import generate
+
+    net = generate.network(1024, 16, seed=1)
+    kw = dict(batch=64, lr=1e-3, optimizer="adam", seed=0, max_steps=4)
+    single = tr.train(net, "digits", mode="single", **kw)
+    run = tr.train(net, "digits", mode="pipeline", workers=4, micro_batches=4, client=client, **kw)
+    np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12)
+
+
+def test_pipeline_refuses_more_stages_than_layers_and_no_micro_batches():
+    x, y = toy_data()
+    with pytest.raises(DasknnError, match="4 stages"):
+        tr.train(random_layers(depth=3), (x, y), mode="pipeline", workers=4)
+    with pytest.raises(DasknnError, match="micro-batches"):
+        tr.train(random_layers(depth=3), (x, y), mode="pipeline", workers=2, micro_batches=0)
+    with pytest.raises(DasknnError, match="group-size"):
+        tr.train(random_layers(depth=3), (x, y), mode="pipeline", workers=4, group_size=3)
+
+
+def test_cli_trains_in_pipeline_mode(tmp_path, capsys, client):
+    import argparse
+    import json
+
+    from dasknn import store
+    from dasknn.cli import train as cli_train
+    from dasknn.network import Network
+
+    x, y = toy_data(60)
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    store.write_network(tmp_path / "n.zarr", Network(random_layers(), 0.0))
+    p = argparse.ArgumentParser()
+    cli_train.add_train_parser(p.add_subparsers(dest="command"))
+    args = p.parse_args(["train", "--network", str(tmp_path / "n.zarr"), "--data", str(tmp_path / "d.npz"),
+                         "--epochs", "1", "--batch", "16", "--mode", "pipeline", "--workers", "2",
+                         "--micro-batches", "2", "--scheduler", client.scheduler.address, "--json"])
+    assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["mode"] == "pipeline" and out["stages"] == 2 and out["micro_batches"] == 2 and out["steps"] == 3
+    assert "compile_seconds" in out
+
+
+def test_killed_stage_worker_run_resumes_from_checkpoint(client, tmp_path):
+    # as data and model mode (tests/test_train.py): a worker killed after step 6, the last checkpoint at step 4;
+    # the stages are rebuilt on the workers there are and the run ends as an uninterrupted one
+    import os
+    import signal
+
+    x, y = toy_data(60)
+    kw = dict(epochs=4, batch=16, lr=0.05, optimizer="adam", seed=5, max_steps=12, mode="pipeline", workers=2,
+              micro_batches=2, client=client)
+    whole = tr.train(random_layers(), (x, y), **kw)
+    pids = client.run(os.getpid)
+    killed = []
+
+    def kill_one(step):
+        if step == 6 and not killed:
+            victim = sorted(pids)[-1]
+            os.kill(pids[victim], signal.SIGKILL)
+            killed.append(victim)
+
+    run = tr.train(random_layers(), (x, y), checkpoint=tmp_path / "ck.zarr", checkpoint_every=4, chunk=2,
+                   progress=kill_one, **kw)
+    assert killed and run.restarts == 1 and run.steps == 12
+    for a, b in zip(run.model.params + run.model.slots[1], whole.model.params + whole.model.slots[1]):
+        assert np.array_equal(a, b)
+    assert run.losses == whole.losses
