@@ -16,7 +16,6 @@ import scipy.sparse as sp
 
 from .. import modes
 from ..errors import DasknnError
-from ..engine.warm import longest, warm_workers
 from ..kernels import to_device
 from ..kernels.warm import WarmSpec, warm_kernels
 from ..network import Network
@@ -283,7 +282,11 @@ def _train_on(client, mode: str, layers, partition, parts: int, path: str | None
 
 
 def _warm(client, runner, job: _Job) -> float:
-    # the training kernels compiled on the runner's workers before its steps are timed; the longest warm-up
+    # the training kernels compiled on the runner's workers before its steps are timed; the longest warm-up.
+    # (imported here: the engine package imports zarr, and zarr CuPy where it is installed, which importing
+    # dasknn.train must not)
+    from ..engine.warm import longest, warm_workers
+
     return longest(warm_workers(client, sorted(set(runner.workers)), (job.warm,)).values())
 
 
