@@ -2,18 +2,21 @@
 
 How the workers share the work: ``data`` (every worker holds the whole network and runs its own images),
 ``model`` (the network is partitioned over all the workers, who exchange boundary rows), ``hybrid`` (groups of
-workers, each a model-mode group on its own images). Inference adds ``auto`` (the cost model picks), training
-adds ``single`` (this process, no Dask).
+workers, each a model-mode group on its own images). Inference adds ``pipeline`` (each worker of a group holds a
+stage of consecutive layers, chunks flow stage to stage) and ``auto`` (the cost model picks); training adds
+``single`` (this process, no Dask).
 """
 
 from __future__ import annotations
 
 DATA, MODEL, HYBRID = "data", "model", "hybrid"
 AUTO, SINGLE = "auto", "single"
+PIPELINE = "pipeline"
 #: The ways the workers share the work, by group size: one worker, all of them, groups in between.
 DISTRIBUTED = (DATA, MODEL, HYBRID)
-#: ``dasknn infer --mode``: the cost model's choice first, then the distributed modes.
-INFERENCE = (AUTO, *DISTRIBUTED)
+#: ``dasknn infer --mode``: the cost model's choice first, then the distributed modes and the pipeline (inference
+#: only: training has no pipeline mode yet, so it is not one of DISTRIBUTED)
+INFERENCE = (AUTO, *DISTRIBUTED, PIPELINE)
 #: ``dasknn train --mode``: this process alone first, then the distributed modes.
 TRAINING = (SINGLE, *DISTRIBUTED)
 
@@ -26,14 +29,18 @@ def mode_of(group_size: int, workers: int) -> str:
 def group_size_of(mode: str, workers: int, group_size: int | None) -> int:
     """Workers per group of a distributed ``mode`` (or ``single``) on ``workers`` workers: 1 in data (and single)
     mode, all of them in model mode, ``group_size`` in hybrid mode (by default 2 where four or more workers divide
-    evenly, else all). A group size that does not divide the workers is refused in one line."""
+    evenly, else all), and in pipeline mode the stages of one pipeline (``group_size``, by default all the workers:
+    one pipeline). A group size that does not divide the workers is refused in one line."""
     from .errors import DasknnError
 
     if mode in (DATA, SINGLE):
         return 1
     if mode == MODEL:
         return workers
-    g = group_size or (2 if workers % 2 == 0 and workers >= 4 else workers)
+    if mode == PIPELINE:
+        g = group_size or workers
+    else:
+        g = group_size or (2 if workers % 2 == 0 and workers >= 4 else workers)
     if g < 1 or workers % g:
         raise DasknnError(f"--group-size {g} must divide the {workers} workers")
     return g

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..cost import Calibration, Prediction
 from ..errors import DasknnError
-from ..modes import AUTO, DATA, HYBRID
+from ..modes import AUTO, DATA, HYBRID, PIPELINE
 from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
 from ..store import location, open_results, open_store, read_results
 from .execute import Job, LayerBytes, Pass, execute
@@ -21,7 +21,7 @@ from .groups import check_mode
 from .inputs import InputSource, stored_source
 from .options import InferenceOptions, options_with
 from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, part_stream_keep,
-                     partition_fits_worker, predict_modes)
+                     partition_fits_worker, pipeline_chunks, predict_modes)
 
 
 @dataclass
@@ -71,6 +71,8 @@ class InferenceResult:
     calibration: Calibration | None = None
     #: each loss of workers the run survived: who, chunks kept and re-run, seconds waited for workers
     recoveries: list[dict] = field(default_factory=list)
+    #: pipeline mode: each stage's first and last layer (1-based, inclusive), as the last pass cut them
+    stages: list[list[int]] = field(default_factory=list)
     #: with ``keep_activations``: the final activations, a dask.array (images x neurons) chunked like the
     #: batch's rows and persisted on the workers (each chunk dense NumPy rows, the dead images' rows all zero). Its
     #: chunks live on the client that ran the inference: with several clients open, compute it with that one
@@ -133,7 +135,8 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
         # the probe samples the inputs store, or rows in memory: the scattered batch, a dask.array's first chunk
         sample = source.path if source.path is not None else source.data_for(0)
         calibration, predictions = _probe(recovery, store, path, sample, count, weight_bytes, o,
-                                          group_size if mode == HYBRID else None)
+                                          group_size if mode == HYBRID else None,
+                                          group_size if mode == PIPELINE else None)
         if recovery.losses:  # the run is sized for the workers there are now
             workers, threads, memory = _cluster(client, recovery.workers)
     if mode == AUTO:
@@ -146,7 +149,8 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
     g = check_mode(mode, len(workers), group_size)
     if resident is None:
         resident = weight_bytes / g <= WEIGHTS_SHARE * memory
-    job = _job(path, store, source, count, o, resident, g, workers, threads, memory)
+    stage_work = _stage_work(store, calibration) if mode == PIPELINE else None
+    job = _job(path, store, source, count, o, resident, g, workers, threads, memory, stage_work)
     todo = [c for c in range(len(job.bounds)) if c not in job.done]
     width = max(b - a for a, b in job.bounds)
 
@@ -158,13 +162,24 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
     return _result(job, runs, mode, group_size, count, todo, job.done, predictions, calibration)
 
 
+def _stage_work(store, calibration) -> np.ndarray:
+    # pipeline mode: each layer's work, its entries x the share of images the probe saw alive when it runs (its
+    # entries alone where nothing was probed)
+    from ..cost import alive_per_layer
+
+    nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=float)
+    return nnz if calibration is None else nnz * alive_per_layer(calibration, store.depth)
+
+
 def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions, resident: bool, g: int,
-         workers: list[str], threads: int, memory: float) -> Job:
+         workers: list[str], threads: int, memory: float, stage_work: np.ndarray | None = None) -> Job:
     # the chunks (and the results store's: a resumed run keeps its chunks), the layers a stream keeps, checked to
     # fit the workers' memory
     fit = partial(fits, store, o.dtype, resident)
     chunks = o.chunks or default_chunks(count, threads, len(workers), g, resident,
                                         lambda width: fit(o.keep_layers, g, memory, width))
+    if stage_work is not None and not o.chunks:
+        chunks = pipeline_chunks(count, g, len(workers) // g, chunks)
     bounds = source.bounds or chunk_bounds(count, chunks)
     done: set[int] = set()
     results = None if o.results is None else str(Path(o.results).resolve())
@@ -174,7 +189,7 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
         bounds, done = open_results(results, run_desc, o.resume, o.activations)
     width = max(b - a for a, b in bounds)
     keep_layers = o.keep_layers
-    if g > 1 and not resident:
+    if g > 1 and not resident and stage_work is None:
         # a part's stream keeps a layer more for each further chunk of its worker, where that fits
         wider = part_stream_keep(keep_layers, len(bounds), len(workers) // g)
         keep_layers = wider if fit(wider, g, memory, width) else keep_layers
@@ -185,7 +200,7 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
                progress=o.progress, plan_store=None if o.plan_store is None else str(Path(o.plan_store).resolve()),
                activations_name=f"activations-{uuid.uuid4().hex[:8]}" if o.keep_activations else None,
                partition_on_cluster=partition_fits_worker(store.neurons, memory), overlap=o.overlap,
-               exchange=o.exchange, done=done)
+               exchange=o.exchange, done=done, stage_work=stage_work)
 
 
 def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:
@@ -216,14 +231,14 @@ def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:
 
 
 def _probe(recovery: Recovery, store, path: str, sample, count: int, weight_bytes: int, o: InferenceOptions,
-           group_size: int | None) -> tuple:
+           group_size: int | None, stages: int | None = None) -> tuple:
     # the cost model's calibration and predictions, measured again on the workers there are if one is lost
     client = recovery.client
 
     def measure(workers: list[str]) -> tuple:
         _, threads, memory = _cluster(client, workers)
         return predict_modes(client, workers, threads, store, path, sample, count, o.dtype, memory, weight_bytes,
-                             o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size)
+                             o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size, stages)
 
     recovery.enter("probe")
     return recovery.run(measure)
@@ -297,7 +312,7 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
     return InferenceResult(
         categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
         seconds=sum(p.seconds for p in passes), workers=len(runs.workers), chunks=len(bounds),
-        mode=mode, group_size=g, exchange=job.exchange if g > 1 else "",
+        mode=mode, group_size=g, exchange=job.exchange if g > 1 and job.stage_work is None else "",
         load_seconds=sum(p.load_seconds for p in passes), compile_seconds=sum(p.compile_seconds for p in passes),
         partition_seconds=sum(p.partition_seconds for p in passes), plan_seconds=sum(p.plan_seconds for p in passes),
         tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),
@@ -310,6 +325,7 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
         images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
         predictions=list(predictions), calibration=calibration, recoveries=runs.recoveries,
         activations=_kept_array(job, runs) if job.activations_name else None,
+        stages=[stage.as_list() for stage in last.stages] if last else [],
     )
 
 
