@@ -172,3 +172,18 @@ def test_pipeline_prediction_fill_drain_boundary_and_memory():
     # the largest stage (half the weights) must fit a quarter of the memory
     assert not _predict(_cal(), memory=4 * 24_000 - 1, resident=True).fits
     assert _predict(_cal(), memory=4 * 24_000).fits
+
+
+def test_auto_weighs_the_pipeline_only_where_data_mode_cannot_hold_the_weights(client, slice_store, slice_truth):
+    # the weights fit: auto (with explain) predicts data and model mode as before, not the pipeline
+    fits = engine.infer(slice_store, client=client, mode="auto", explain=True, images=200, dtype="float64")
+    assert "pipeline" not in {p.mode for p in fits.predictions}
+    # streamed: the pipeline is a candidate, and auto runs the cheapest that fits, whichever it is
+    result = engine.infer(slice_store, client=client, mode="auto", explain=True, resident=False, dtype="float64")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    predicted = {p.mode: p for p in result.predictions}
+    assert predicted["pipeline"].group_size == 2 and not predicted["pipeline"].resident
+    best = cost.cheapest(result.predictions)
+    assert (result.mode, result.group_size) == (best.mode, best.group_size)
+    if result.mode == "pipeline":
+        _check_stages(result.stages, 12, 2)

@@ -135,8 +135,7 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
         # the probe samples the inputs store, or rows in memory: the scattered batch, a dask.array's first chunk
         sample = source.path if source.path is not None else source.data_for(0)
         calibration, predictions = _probe(recovery, store, path, sample, count, weight_bytes, o,
-                                          group_size if mode == HYBRID else None,
-                                          group_size if mode == PIPELINE else None)
+                                          group_size if mode == HYBRID else None, mode == PIPELINE)
         if recovery.losses:  # the run is sized for the workers there are now
             workers, threads, memory = _cluster(client, recovery.workers)
     if mode == AUTO:
@@ -231,14 +230,15 @@ def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:
 
 
 def _probe(recovery: Recovery, store, path: str, sample, count: int, weight_bytes: int, o: InferenceOptions,
-           group_size: int | None, stages: int | None = None) -> tuple:
+           group_size: int | None, pipeline: bool = False) -> tuple:
     # the cost model's calibration and predictions, measured again on the workers there are if one is lost
     client = recovery.client
 
     def measure(workers: list[str]) -> tuple:
         _, threads, memory = _cluster(client, workers)
         return predict_modes(client, workers, threads, store, path, sample, count, o.dtype, memory, weight_bytes,
-                             o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size, stages)
+                             o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size, pipeline,
+                             o.group_size if pipeline else None)
 
     recovery.enter("probe")
     return recovery.run(measure)

@@ -205,9 +205,12 @@ def _probe_task(path: str, in_path: str, images: int, dtype: str) -> dict:
 
 def predict_modes(client, workers: list[str], threads: int, store, path: str, in_path: str, images: int, dtype: str,
                   memory: float, weight_bytes: int, partition, chunks: int | None, sync_every: int,
-                  resident: bool | None, everything: bool, group_size: int | None, stages: int | None = None):
+                  resident: bool | None, everything: bool, group_size: int | None, pipeline: bool = False,
+                  stages: int | None = None):
     """The cost model's predictions for data mode, every model/hybrid grouping the workers allow, and pipeline mode
-    (``stages`` workers a pipeline: by default one pipeline over all of them).
+    (``stages`` workers a pipeline: by default one pipeline over all of them) where it is the mode asked for
+    (``pipeline``) or data mode cannot hold the weights: ``auto`` weighs it only against model and hybrid modes,
+    on workers too small for the whole network.
 
     Model and hybrid modes do data mode's multiply-adds plus their exchange, so where data mode holds the
     weights and has a chunk for every thread, the others are predicted only when ``everything`` is asked for.
@@ -255,10 +258,10 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     if everything or not data_suffices:
         sizes = [group_size] if group_size else [g for g in range(2, len(workers) + 1) if len(workers) % g == 0]
         out.extend(one(g, out[0]) for g in sizes)
-        k = stages or len(workers)
-        if 1 < k <= store.depth and len(workers) % k == 0:
-            out.append(_pipeline_prediction(cal, store, images, threads, len(workers), k, chunks, dtype, memory,
-                                            weight_bytes, resident))
+    k = stages or len(workers)
+    if (pipeline or not data_suffices) and 1 < k <= store.depth and len(workers) % k == 0:
+        out.append(_pipeline_prediction(cal, store, images, threads, len(workers), k, chunks, dtype, memory,
+                                        weight_bytes, resident))
     return cal, out
 
 
