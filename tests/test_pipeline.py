@@ -187,3 +187,12 @@ def test_auto_weighs_the_pipeline_only_where_data_mode_cannot_hold_the_weights(c
     assert (result.mode, result.group_size) == (best.mode, best.group_size)
     if result.mode == "pipeline":
         _check_stages(result.stages, 12, 2)
+
+
+def test_more_stages_than_layers_is_refused_in_one_line(client, tmp_path):
+    from dasknn.errors import DasknnError
+
+    one_layer = generate.write(tmp_path / "one.zarr", 1024, 1, 20, seed=1)
+    with pytest.raises(DasknnError, match="each of its 2 workers a stage of at least one layer, and the network "
+                                          "has 1"):
+        engine.infer(one_layer, client=client, mode="pipeline")

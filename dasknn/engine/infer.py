@@ -146,6 +146,10 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
         if resident is None and best.group_size == 1:
             resident = best.resident
     g = check_mode(mode, len(workers), group_size)
+    if mode == PIPELINE and g > store.depth:
+        raise DasknnError(f"pipeline mode gives each of its {g} workers a stage of at least one layer, and the "
+                          f"network has {store.depth}: give --group-size {store.depth} or fewer (dividing the "
+                          f"workers), or use fewer workers")
     if resident is None:
         resident = weight_bytes / g <= WEIGHTS_SHARE * memory
     stage_work = _stage_work(store, calibration) if mode == PIPELINE else None
