@@ -196,3 +196,16 @@ def test_more_stages_than_layers_is_refused_in_one_line(client, tmp_path):
     with pytest.raises(DasknnError, match="each of its 2 workers a stage of at least one layer, and the network "
                                           "has 1"):
         engine.infer(one_layer, client=client, mode="pipeline")
+
+
+def test_a_pipeline_worker_must_hold_its_largest_stage(slice_store):
+    from dasknn.engine.infer import _holds
+
+    s = store.open_store(slice_store)
+    nnz = np.array([s.layer_nnz(k) for k in range(1, 13)], dtype=float)  # 32,768 entries each
+    # the images die after layer 1: the work cut gives layer 1 a stage alone, and the other 11 layers to the second
+    work = nnz * np.array([1.0] + [0.05] * 11)
+    assert _holds(s, work, 2, resident=True) == pytest.approx(12 / 11)
+    assert _holds(s, nnz, 3, resident=True) == pytest.approx(3)  # even work: a third each
+    assert _holds(s, work, 2, resident=False) == 1  # streaming: whole layers, as data mode
+    assert _holds(s, None, 4, resident=True) == 4  # other modes: their group size

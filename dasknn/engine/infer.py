@@ -20,6 +20,7 @@ from .execute import Job, LayerBytes, Pass, execute
 from .groups import check_mode
 from .inputs import InputSource, stored_source
 from .options import InferenceOptions, options_with
+from .pipeline_mode import stage_cuts
 from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, part_stream_keep,
                      partition_fits_worker, pipeline_chunks, predict_modes)
 
@@ -150,16 +151,17 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
         raise DasknnError(f"pipeline mode gives each of its {g} workers a stage of at least one layer, and the "
                           f"network has {store.depth}: give --group-size {store.depth} or fewer (dividing the "
                           f"workers), or use fewer workers")
-    if resident is None:
-        resident = weight_bytes / g <= WEIGHTS_SHARE * memory
     stage_work = _stage_work(store, calibration) if mode == PIPELINE else None
+    if resident is None:
+        resident = weight_bytes / _holds(store, stage_work, g, True) <= WEIGHTS_SHARE * memory
     job = _job(path, store, source, count, o, resident, g, workers, threads, memory, stage_work)
     todo = [c for c in range(len(job.bounds)) if c not in job.done]
     width = max(b - a for a, b in job.bounds)
 
     def check_fits(g: int, ws: list[str]) -> None:
         # after a loss: the work must still fit the workers there are
-        check_memory(store, o.dtype, resident, job.keep_layers, g, _cluster(client, ws)[2], width)
+        check_memory(store, o.dtype, resident, job.keep_layers, _holds(store, stage_work, g, resident),
+                     _cluster(client, ws)[2], width)
 
     runs = _run_recovering(client, job, recovery, mode, group_size, todo, check_fits)
     return _result(job, runs, mode, group_size, count, todo, job.done, predictions, calibration)
@@ -174,13 +176,27 @@ def _stage_work(store, calibration) -> np.ndarray:
     return nnz if calibration is None else nnz * alive_per_layer(calibration, store.depth)
 
 
+def _holds(store, stage_work: np.ndarray | None, g: int, resident: bool) -> float:
+    # what a worker's weights are divided by (the memory checks' group size): g in data, model and hybrid modes; in
+    # pipeline mode the network's entries over its largest stage's, resident (the stages are cut by work, not
+    # entries: a stage of layers whose images mostly died holds more of them), and 1 streaming (whole layers)
+    if stage_work is None:
+        return g
+    if not resident:
+        return 1
+    nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=float)
+    largest = max(nnz[s.first - 1:s.last].sum() for s in stage_cuts(stage_work, g))
+    return float(nnz.sum() / max(1.0, largest))
+
+
 def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions, resident: bool, g: int,
          workers: list[str], threads: int, memory: float, stage_work: np.ndarray | None = None) -> Job:
     # the chunks (and the results store's: a resumed run keeps its chunks), the layers a stream keeps, checked to
     # fit the workers' memory
     fit = partial(fits, store, o.dtype, resident)
+    holds = _holds(store, stage_work, g, resident)
     chunks = o.chunks or default_chunks(count, threads, len(workers), g, resident,
-                                        lambda width: fit(o.keep_layers, g, memory, width))
+                                        lambda width: fit(o.keep_layers, holds, memory, width))
     if stage_work is not None and not o.chunks:
         chunks = pipeline_chunks(count, g, len(workers) // g, chunks)
     bounds = source.bounds or chunk_bounds(count, chunks)
@@ -196,7 +212,7 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
         # a part's stream keeps a layer more for each further chunk of its worker, where that fits
         wider = part_stream_keep(keep_layers, len(bounds), len(workers) // g)
         keep_layers = wider if fit(wider, g, memory, width) else keep_layers
-    check_memory(store, o.dtype, resident, keep_layers, g, memory, width)
+    check_memory(store, o.dtype, resident, keep_layers, holds, memory, width)
     return Job(path=path, source=source, store=store, dtype=o.dtype, backend=o.backend, resident=resident,
                keep_layers=keep_layers, segment=o.segment, sync_every=o.sync_every, compact=o.messages == "compact",
                results=results, activations=o.activations, bounds=bounds, partition=o.partition,

@@ -70,8 +70,9 @@ def part_stream_keep(keep_layers: int, chunks: int, groups: int) -> int:
     return keep_layers + max(0, -(-chunks // max(1, groups)) - 1)
 
 
-def memory_need(store, dtype: str, resident: bool, keep_layers: int, g: int, width: int) -> tuple[float, ...]:
-    # what a worker must hold beside its base: (all of it, the weights, a chunk's activations, the biggest layer)
+def memory_need(store, dtype: str, resident: bool, keep_layers: int, g: float, width: int) -> tuple[float, ...]:
+    # what a worker must hold beside its base: (all of it, the weights, a chunk's activations, the biggest layer);
+    # g: what the weights are divided by, the group size (pipeline mode: the network over its largest stage)
     item = np.dtype(dtype).itemsize
     biggest = max(store.layer_nnz(k) for k in range(1, store.depth + 1)) * (item + 4) + (store.neurons + 1) * 8
     # resident weights are briefly held twice while they load (decoded arrays, then the kernel's copies):
@@ -83,7 +84,7 @@ def memory_need(store, dtype: str, resident: bool, keep_layers: int, g: int, wid
     return weights + 2 * biggest + activations, weights, activations, biggest  # + a layer being decoded
 
 
-def fits(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: float, width: int) -> bool:
+def fits(store, dtype: str, resident: bool, keep_layers: int, g: float, memory: float, width: int) -> bool:
     return WORKER_BASE + memory_need(store, dtype, resident, keep_layers, g, width)[0] <= MEMORY_SHARE * memory
 
 
@@ -112,7 +113,7 @@ def pipeline_chunks(images: int, stages: int, pipelines: int, fits_chunks: int) 
     return max(1, min(images, max(2 * stages * pipelines, fits_chunks)))
 
 
-def check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: float, width: int) -> None:
+def check_memory(store, dtype: str, resident: bool, keep_layers: int, g: float, memory: float, width: int) -> None:
     """Refuse, with what to change, a run whose workers cannot hold what they must (instead of Dask pausing,
     killing and restarting them in a loop)."""
     if fits(store, dtype, resident, keep_layers, g, memory, width):
