@@ -277,7 +277,7 @@ def _pipeline_prediction(cal, store, images: int, threads: int, workers: int, k:
     return predict_pipeline(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
                             workers=workers, threads=threads, chunks=min(n_chunks, images), stages=k,
                             neurons=store.neurons, itemsize=np.dtype(dtype).itemsize, weights_share=WEIGHTS_SHARE,
-                            resident=res)
+                            resident=resident)  # (None: resident where its largest stage fits)
 
 
 def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,
