@@ -209,3 +209,12 @@ def test_a_pipeline_worker_must_hold_its_largest_stage(slice_store):
     assert _holds(s, nnz, 3, resident=True) == pytest.approx(3)  # even work: a third each
     assert _holds(s, work, 2, resident=False) == 1  # streaming: whole layers, as data mode
     assert _holds(s, None, 4, resident=True) == 4  # other modes: their group size
+
+
+def test_pipeline_keeps_the_final_activations_on_the_last_stage(client, slice_store, slice_truth):
+    result = engine.infer(slice_store, client=client, mode="pipeline", dtype="float64", keep_activations=True)
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    rows = result.activations.compute(scheduler=client)
+    assert rows.shape == (1000, 1024)
+    # the images with a nonzero final row are the categories (both 0-based)
+    np.testing.assert_array_equal(np.flatnonzero(rows.any(axis=1)), slice_truth)
