@@ -1,4 +1,4 @@
-"""The cost model behind ``--mode auto``: predicted inference time of data, model and hybrid modes.
+"""The cost model behind ``--mode auto``: predicted inference time of data, model, hybrid and pipeline modes.
 
 Every mode does the same multiply-adds (each layer's entries times the images still alive when it runs); they
 differ in what they add to them and in what must fit in memory:
@@ -8,7 +8,10 @@ differ in what they add to them and in what must fit in memory:
 * model mode (groups of ``g`` workers, ``g`` = all workers; hybrid: fewer): each worker holds ``1/g`` of the
   weights (or streams its share from a part plan, overlapped with compute as in data mode), but per layer and
   chunk packs, moves and unpacks the boundary rows the plan lists, and runs ``g`` tasks (more when a part sends
-  to several others) instead of a share of one.
+  to several others) instead of a share of one;
+* pipeline mode (``g`` stages, ``workers / g`` pipelines): each worker holds a stage of consecutive layers; a
+  pipeline's time is its slowest stage per chunk times its chunks, plus the fill and drain (``g - 1`` more stage
+  times), plus the chunks' activations sent across each stage boundary, and one task per stage and chunk.
 
 The prediction is a sum of those costs, each a size this module is given times a rate measured on the
 workers (:class:`Calibration`): kernel multiply-adds per second, message entries packed and unpacked per
@@ -32,6 +35,7 @@ from .kernels.warm import WarmSpec, warm_kernels
 from .modes import mode_of
 from .plan import local_block, plan_layer, received_rows
 from .runtime.exchange.choice import P2P_MESSAGE_SECONDS
+from .stages import stage_cuts
 from .store import LayerStream, open_inputs, open_store
 
 #: Multiply-adds a probe may spend (the probe runs on one worker before the timed run).
@@ -376,6 +380,57 @@ def predict(
                       seconds=seconds, compute=compute, exchange=exchange, tasks=task_time, read=read,
                       setup_seconds=float(setup), volumes_from=volumes_from if g > 1 else "",
                       transport=transport if g > 1 else "")
+
+
+def alive_per_layer(cal: Calibration, depth: int) -> np.ndarray:
+    """The share of the batch's images alive when each of ``depth`` layers runs, as the probe saw it (the layers
+    past the probe's last as that one)."""
+    return _per_layer(cal.alive, depth)
+
+
+def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, weight_bytes: float, memory: float,
+                     workers: int, threads: int, chunks: int, stages: int, neurons: int, itemsize: int,
+                     weights_share: float, resident: bool | None = None) -> Prediction:
+    """Predicted seconds of pipeline mode: ``workers / stages`` pipelines of ``stages`` workers, each holding the
+    consecutive layers :func:`~dasknn.stages.stage_cuts` gives it.
+
+    Each chunk runs each stage's layers with data mode's loop (its rate); a pipeline runs its chunks one stage
+    time of its slowest stage apart, and the first chunk takes ``stages - 1`` more to fill it (as the last to
+    drain it). The activations of the images alive at each stage boundary (dense, ``neurons`` x images) cross to
+    the next worker. A worker must hold its stage's weights: the largest stage's share of ``weight_bytes``.
+    """
+    depth = layer_nnz.size
+    alive = _per_layer(cal.alive, depth)
+    nnz = np.asarray(layer_nnz, dtype=float)
+    cuts = stage_cuts(alive * nnz, stages)
+    pipelines = max(1, workers // stages)
+    per_thread = max(1.0, threads / workers)
+    rate = cal.kernel_rates.get(1, cal.kernel_rate)
+    chunk_images = images / max(1, chunks)
+    # each stage's seconds on one chunk, and each stage's share of the weights
+    stage_seconds = [chunk_images * float(np.dot(alive[s.first - 1:s.last], nnz[s.first - 1:s.last])) / rate
+                     for s in cuts]
+    stage_share = max(float(nnz[s.first - 1:s.last].sum()) for s in cuts) / max(1.0, float(nnz.sum()))
+    largest = weight_bytes * stage_share
+    fits = largest <= weights_share * memory
+    resident = fits if resident is None else resident
+    per_pipeline = -(-chunks // pipelines)
+    slowest = max(stage_seconds)
+    compute = slowest * (per_pipeline / per_thread + stages - 1)
+    # the images alive after each stage but the last (alive[last] is the share entering the next layer)
+    crossing = sum(float(alive[s.last]) for s in cuts[:-1])
+    sent = images * neurons * itemsize * crossing
+    exchange = sent / (cal.transfer_rate * workers) if sent else 0.0
+    read = 0.0
+    if not resident:
+        # each stage worker reads its stage's layers once per chunk it runs, behind compute where a core is spare
+        read_total = largest * per_pipeline / cal.read_rate
+        hidden = 1.0 if not cal.cores else min(1.0, max(0, cal.cores - threads) / workers)
+        read = (1.0 - hidden) * read_total + hidden * max(0.0, read_total - compute)
+    task_time = chunks * stages * cal.task_seconds / max(1, threads)
+    return Prediction(mode="pipeline", group_size=stages, fits=bool(fits or not resident), resident=bool(resident),
+                      seconds=compute + exchange + task_time + read, compute=compute, exchange=exchange,
+                      tasks=task_time, read=read)
 
 
 def cheapest(predictions: list[Prediction]) -> Prediction:

@@ -151,6 +151,8 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
         "recoveries": result.recoveries,
         **notes,
     }
+    if result.stages:
+        report["stages"] = result.stages  # pipeline mode: each stage's first and last layer
     if result.predictions:
         report["predictions"] = [p.as_dict() for p in result.predictions]
         report["calibration"] = result.calibration.as_dict()
@@ -185,7 +187,8 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--mode", choices=INFERENCE, default="auto",
                    help="data: every worker runs every layer on its images; model: the layers are partitioned "
                         "over the workers; hybrid: groups of workers split the batch, each group partitions the "
-                        "layers; auto: the one the cost model predicts fastest among those that fit in memory "
+                        "layers; pipeline: each worker holds a stage of consecutive layers and chunks flow stage "
+                        "to stage; auto: the one the cost model predicts fastest among those that fit in memory "
                         "(default auto; see --explain)")
     f.add_argument("--explain", action="store_true",
                    help="print the cost model's predicted time of every mode (with --json: in the output)")
@@ -200,7 +203,8 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--partition", default="hypergraph",
                    help="model/hybrid: a method (hypergraph, hypergraph-shared, hypergraph-layered, block, random) "
                         "or an owners .npy file (default hypergraph)")
-    f.add_argument("--group-size", type=int, help="hybrid: workers per group (default 2)")
+    f.add_argument("--group-size", type=int, help="hybrid: workers per group (default 2); pipeline: stages per "
+                   "pipeline, the workers running workers / G pipelines side by side (default: one over all)")
     f.add_argument("--chunks", type=int, help="number of image chunks (default: 2 per worker thread in data mode, "
                    "1 per thread of a group in model and hybrid mode, more if a chunk would not fit in memory)")
     f.add_argument("--segment", type=int, help="layers per task: data mode, and model mode with --exchange p2p "

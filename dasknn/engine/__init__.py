@@ -15,6 +15,9 @@ partitioned over the workers of a group:
   traffic. With ``overlap`` (CPU, off by default) each layer but the last is two tasks: ``spmm-l{k}-p{q}-c{c}``
   computes and sends only the rows others read, ``spmm-rest-l{k}-p{q}-c{c}`` the rest while they travel.
 * ``hybrid``: groups of ``group_size`` workers, each a model-mode group on its own chunks.
+* ``pipeline``: groups of ``group_size`` workers (all by default), each a pipeline whose ``s``-th worker holds stage
+  ``s``, consecutive layers (:func:`dasknn.stages.stage_cuts`); chunk ``c``'s task ``stage{s}-l{a}-{b}-c{c}`` runs
+  the stage's layers and hands the live activations to the next stage's worker as its result.
 
 Dead images (all-zero activations can never come back) are dropped: in data mode inside the segment task, in
 model mode every ``sync_every`` layers, when each part sends its alive mask with its messages and all compact the
@@ -26,7 +29,7 @@ the categories are back on the client. The client never holds weights or activat
 
 The package, stage by stage: :mod:`.infer` (the entry point, its checks and its recovery policy), :mod:`.sizing`
 (memory, chunks, the cost model's calibration), :mod:`.owners` (the partition), :mod:`.execute` (passes),
-:mod:`.data_mode` and :mod:`.model_mode` (graph builders), :mod:`.tasks` (what runs on the workers). The Dask
+:mod:`.data_mode`, :mod:`.model_mode` and :mod:`.pipeline_mode` (graph builders), :mod:`.tasks` (what runs on the workers). The Dask
 mechanics underneath (pinned graphs, worker loss, byte counters) are :mod:`dasknn.runtime`'s.
 """
 

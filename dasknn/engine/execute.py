@@ -25,6 +25,7 @@ from .data_mode import data_chunk
 from .exchange_plan import plan_on_workers
 from .inputs import InputSource, load_images
 from .model_mode import model_chunk
+from .pipeline_mode import Stage, pipeline_chunk, stage_cuts, stage_weights
 from .owners import partition_owners
 from .sizing import compaction_layer, sync_layers
 from .warm import add_warm_tasks, longest
@@ -76,6 +77,9 @@ class Job:
     #: model and hybrid modes: the partition by parts per group, once resolved (a pass after a lost worker, with
     #: as many parts, reuses it)
     owners: dict[int, np.ndarray] = field(default_factory=dict)
+    #: pipeline mode: each layer's work (its entries x the share of images alive when it runs), by which each
+    #: pass cuts the layers into as many stages as its groups have workers; None in the other modes
+    stage_work: np.ndarray | None = None
 
 
 @dataclass
@@ -117,6 +121,7 @@ class Pass:
     #: model mode: the transport the messages took (``job.exchange``, or the cost model's choice for ``"auto"``)
     exchange: str = ""
     kept: dict[int, object] = field(default_factory=dict)  # chunk -> future of its final activations (dense rows)
+    stages: list[Stage] = field(default_factory=list)  # pipeline mode: each stage's layers
 
 
 @dataclass
@@ -131,6 +136,8 @@ class _Layout:
     exchange: str = "tasks"  # model mode: the transport of the boundary messages, chosen once the outline is known
     #: worker -> its part's layers: a future of them in memory, or the spec of a stream
     part_of: dict[str, object] = field(default_factory=dict)
+    #: pipeline mode: the stages, the ``s``-th held by the ``s``-th worker of each group
+    stages: list[Stage] = field(default_factory=list)
 
     def members(self, i: int) -> list[str]:
         """The workers of the ``i``-th chunk to run: chunks go round the groups."""
@@ -143,9 +150,18 @@ class _Layout:
                         overlap=job.overlap)
 
     def solo(self, i: int) -> str:
-        """Data mode: the one worker of its group that runs the ``i``-th chunk."""
+        """Data mode: the one worker of its group that runs the ``i``-th chunk (pipeline mode: its first stage's)."""
         members = self.members(i)
+        if self.stages:
+            return members[0]
         return members[(i // len(self.groups)) % len(members)]
+
+    def stage_of(self, w: str) -> Stage:
+        """Pipeline mode: the stage worker ``w`` holds."""
+        for members in self.groups:
+            if w in members:
+                return self.stages[members.index(w)]
+        raise KeyError(w)
 
 
 def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: Pass,
@@ -158,8 +174,11 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: 
     enter = recovery.enter if recovery is not None else _unnamed
     layout = _Layout(run=uuid.uuid4().hex[:8], groups=[workers[i:i + g] for i in range(0, len(workers), g)])
     out.group_size, out.layer_bytes = g, LayerBytes.zeros(job.store.depth)
+    if job.stage_work is not None:
+        # pipeline mode: the layers cut again for the workers of this pass (fewer after a loss)
+        layout.stages = out.stages = stage_cuts(job.stage_work, g)
     try:
-        if g > 1:
+        if g > 1 and not layout.stages:
             _partition(client, job, workers, layout, out, enter)
         # phase 1, untimed: weights and inputs into the workers' memory
         enter("load")
@@ -228,7 +247,11 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
     image_keys: dict[tuple[int, int], str] = {}
     for gi, members in enumerate(layout.groups):
         for q, w in enumerate(members):
-            if outline is None and job.resident:
+            if layout.stages and job.resident:
+                # pipeline mode: only the worker's stage's layers
+                weight_keys[w] = load.add(w, f"stage-weights-w{workers.index(w)}", (
+                    stage_weights, path, layout.stages[q], dtype, backend))
+            elif outline is None and job.resident:
                 weight_keys[w] = load.add(w, f"weights-w{workers.index(w)}", (load_all_layers, path, dtype, backend))
             elif layout.plans:
                 weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (load_part_layers, path, layout.plans[w],
@@ -267,7 +290,15 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
     for i, c in enumerate(todo):
         a, b = job.bounds[c]
         res = None if job.results is None else ResultSpec(job.results, c, job.activations)
-        if outline is None:
+        if layout.stages:
+            members = layout.members(i)
+            w = members[-1]  # where the last stage, and so the chunk's result, is
+            weights_of = {m: layout.part_of[m] if job.resident else
+                          LayerStreamSpec(job.path, job.dtype, job.keep_layers, layout.stage_of(m).last)
+                          for m in members}
+            key = pipeline_chunk(graph, c, a, layout.stages, members, weights_of, loaded[image_keys[(c, 0)]],
+                                 store.bias, store.ymax, res, (a, b - a) if job.activations_name else None)
+        elif outline is None:
             w = layout.solo(i)
             weights = layout.part_of[w] if job.resident else LayerStreamSpec(job.path, job.dtype, job.keep_layers)
             key = data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]], store.depth,

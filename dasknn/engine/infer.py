@@ -13,15 +13,16 @@ import numpy as np
 
 from ..cost import Calibration, Prediction
 from ..errors import DasknnError
-from ..modes import AUTO, DATA, HYBRID
+from ..modes import AUTO, DATA, HYBRID, PIPELINE
 from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
 from ..store import location, open_results, open_store, read_results
 from .execute import Job, LayerBytes, Pass, execute
 from .groups import check_mode
 from .inputs import InputSource, stored_source
 from .options import InferenceOptions, options_with
+from .pipeline_mode import stage_cuts
 from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, part_stream_keep,
-                     partition_fits_worker, predict_modes)
+                     partition_fits_worker, pipeline_chunks, predict_modes)
 
 
 @dataclass
@@ -71,6 +72,8 @@ class InferenceResult:
     calibration: Calibration | None = None
     #: each loss of workers the run survived: who, chunks kept and re-run, seconds waited for workers
     recoveries: list[dict] = field(default_factory=list)
+    #: pipeline mode: each stage's first and last layer (1-based, inclusive), as the last pass cut them
+    stages: list[list[int]] = field(default_factory=list)
     #: with ``keep_activations``: the final activations, a dask.array (images x neurons) chunked like the
     #: batch's rows and persisted on the workers (each chunk dense NumPy rows, the dead images' rows all zero). Its
     #: chunks live on the client that ran the inference: with several clients open, compute it with that one
@@ -133,7 +136,7 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
         # the probe samples the inputs store, or rows in memory: the scattered batch, a dask.array's first chunk
         sample = source.path if source.path is not None else source.data_for(0)
         calibration, predictions = _probe(recovery, store, path, sample, count, weight_bytes, o,
-                                          group_size if mode == HYBRID else None)
+                                          group_size if mode == HYBRID else None, mode == PIPELINE)
         if recovery.losses:  # the run is sized for the workers there are now
             workers, threads, memory = _cluster(client, recovery.workers)
     if mode == AUTO:
@@ -144,27 +147,58 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
         if resident is None and best.group_size == 1:
             resident = best.resident
     g = check_mode(mode, len(workers), group_size)
+    if mode == PIPELINE and g > store.depth:
+        raise DasknnError(f"pipeline mode gives each of its {g} workers a stage of at least one layer, and the "
+                          f"network has {store.depth}: give --group-size {store.depth} or fewer (dividing the "
+                          f"workers), or use fewer workers")
+    stage_work = _stage_work(store, calibration) if mode == PIPELINE else None
     if resident is None:
-        resident = weight_bytes / g <= WEIGHTS_SHARE * memory
-    job = _job(path, store, source, count, o, resident, g, workers, threads, memory)
+        resident = weight_bytes / _holds(store, stage_work, g, True) <= WEIGHTS_SHARE * memory
+    job = _job(path, store, source, count, o, resident, g, workers, threads, memory, stage_work)
     todo = [c for c in range(len(job.bounds)) if c not in job.done]
     width = max(b - a for a, b in job.bounds)
 
     def check_fits(g: int, ws: list[str]) -> None:
         # after a loss: the work must still fit the workers there are
-        check_memory(store, o.dtype, resident, job.keep_layers, g, _cluster(client, ws)[2], width)
+        check_memory(store, o.dtype, resident, job.keep_layers, _holds(store, stage_work, g, resident),
+                     _cluster(client, ws)[2], width)
 
     runs = _run_recovering(client, job, recovery, mode, group_size, todo, check_fits)
     return _result(job, runs, mode, group_size, count, todo, job.done, predictions, calibration)
 
 
+def _stage_work(store, calibration) -> np.ndarray:
+    # pipeline mode: each layer's work, its entries x the share of images the probe saw alive when it runs (its
+    # entries alone where nothing was probed)
+    from ..cost import alive_per_layer
+
+    nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=float)
+    return nnz if calibration is None else nnz * alive_per_layer(calibration, store.depth)
+
+
+def _holds(store, stage_work: np.ndarray | None, g: int, resident: bool) -> float:
+    # what a worker's weights are divided by (the memory checks' group size): g in data, model and hybrid modes; in
+    # pipeline mode the network's entries over its largest stage's, resident (the stages are cut by work, not
+    # entries: a stage of layers whose images mostly died holds more of them), and 1 streaming (whole layers)
+    if stage_work is None:
+        return g
+    if not resident:
+        return 1
+    nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=float)
+    largest = max(nnz[s.first - 1:s.last].sum() for s in stage_cuts(stage_work, g))
+    return float(nnz.sum() / max(1.0, largest))
+
+
 def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions, resident: bool, g: int,
-         workers: list[str], threads: int, memory: float) -> Job:
+         workers: list[str], threads: int, memory: float, stage_work: np.ndarray | None = None) -> Job:
     # the chunks (and the results store's: a resumed run keeps its chunks), the layers a stream keeps, checked to
     # fit the workers' memory
     fit = partial(fits, store, o.dtype, resident)
+    holds = _holds(store, stage_work, g, resident)
     chunks = o.chunks or default_chunks(count, threads, len(workers), g, resident,
-                                        lambda width: fit(o.keep_layers, g, memory, width))
+                                        lambda width: fit(o.keep_layers, holds, memory, width))
+    if stage_work is not None and not o.chunks:
+        chunks = pipeline_chunks(count, g, len(workers) // g, chunks)
     bounds = source.bounds or chunk_bounds(count, chunks)
     done: set[int] = set()
     results = None if o.results is None else str(Path(o.results).resolve())
@@ -174,18 +208,18 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
         bounds, done = open_results(results, run_desc, o.resume, o.activations)
     width = max(b - a for a, b in bounds)
     keep_layers = o.keep_layers
-    if g > 1 and not resident:
+    if g > 1 and not resident and stage_work is None:
         # a part's stream keeps a layer more for each further chunk of its worker, where that fits
         wider = part_stream_keep(keep_layers, len(bounds), len(workers) // g)
         keep_layers = wider if fit(wider, g, memory, width) else keep_layers
-    check_memory(store, o.dtype, resident, keep_layers, g, memory, width)
+    check_memory(store, o.dtype, resident, keep_layers, holds, memory, width)
     return Job(path=path, source=source, store=store, dtype=o.dtype, backend=o.backend, resident=resident,
                keep_layers=keep_layers, segment=o.segment, sync_every=o.sync_every, compact=o.messages == "compact",
                results=results, activations=o.activations, bounds=bounds, partition=o.partition,
                progress=o.progress, plan_store=None if o.plan_store is None else str(Path(o.plan_store).resolve()),
                activations_name=f"activations-{uuid.uuid4().hex[:8]}" if o.keep_activations else None,
                partition_on_cluster=partition_fits_worker(store.neurons, memory), overlap=o.overlap,
-               exchange=o.exchange, done=done)
+               exchange=o.exchange, done=done, stage_work=stage_work)
 
 
 def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:
@@ -216,7 +250,7 @@ def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:
 
 
 def _probe(recovery: Recovery, store, path: str, sample, count: int, weight_bytes: int, o: InferenceOptions,
-           group_size: int | None) -> tuple:
+           group_size: int | None, pipeline: bool = False) -> tuple:
     # the cost model's calibration and predictions, measured again on the workers there are if one is lost
     client = recovery.client
 
@@ -224,7 +258,7 @@ def _probe(recovery: Recovery, store, path: str, sample, count: int, weight_byte
         _, threads, memory = _cluster(client, workers)
         return predict_modes(client, workers, threads, store, path, sample, count, o.dtype, memory, weight_bytes,
                              o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size, o.exchange,
-                             o.backend)
+                             o.backend, pipeline, o.group_size if pipeline else None)
 
     recovery.enter("probe")
     return recovery.run(measure)
@@ -298,7 +332,7 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
     return InferenceResult(
         categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
         seconds=sum(p.seconds for p in passes), workers=len(runs.workers), chunks=len(bounds),
-        mode=mode, group_size=g, exchange=passes[-1].exchange if g > 1 else "",
+        mode=mode, group_size=g, exchange=passes[-1].exchange if g > 1 and job.stage_work is None else "",
         load_seconds=sum(p.load_seconds for p in passes), compile_seconds=sum(p.compile_seconds for p in passes),
         partition_seconds=sum(p.partition_seconds for p in passes), plan_seconds=sum(p.plan_seconds for p in passes),
         tasks=sum(p.tasks for p in passes), plan_volume=[] if plan is None else plan.volumes().tolist(),
@@ -311,6 +345,7 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
         images_computed=sum(bounds[c][1] - bounds[c][0] for c in todo),
         predictions=list(predictions), calibration=calibration, recoveries=runs.recoveries,
         activations=_kept_array(job, runs) if job.activations_name else None,
+        stages=[stage.as_list() for stage in last.stages] if last else [],
     )
 
 

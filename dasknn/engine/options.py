@@ -20,20 +20,23 @@ class InferenceOptions:
     Parameters
     ----------
     mode
-        ``"data"``, ``"model"`` or ``"hybrid"`` (see :mod:`dasknn.engine`), or ``"auto"``: the mode the
-        cost model (:mod:`dasknn.cost`) predicts fastest among those whose share of the weights fits.
+        ``"data"``, ``"model"``, ``"hybrid"`` or ``"pipeline"`` (see :mod:`dasknn.engine`), or ``"auto"``: the
+        mode the cost model (:mod:`dasknn.cost`) predicts fastest among those whose share of the weights fits
+        (pipeline mode only where data mode cannot hold the weights).
     partition
         For model and hybrid modes: a method of :mod:`dasknn.partition`, a ``.npy`` owners file, or an array.
         A method's partition is computed once and kept in the store (when it is writable) for the next run. It is
         computed on a worker of the cluster, not the client, where a worker has the memory for it
         (:func:`~dasknn.engine.sizing.partition_fits_worker`).
     group_size
-        Workers per group in hybrid mode (2 by default where the workers divide evenly).
+        Workers per group in hybrid mode (2 by default where the workers divide evenly); stages per pipeline in
+        pipeline mode (all the workers by default: one pipeline).
     images
         Use only the first ``images`` inputs.
     chunks
         Number of image chunks (fixed by a dask.array's row chunks when the inputs are one). By default (:func:`default_chunks`) 2 per worker thread in data mode, so chunks
-        pipeline through the layers, 1 per thread of a group in model and hybrid mode; more where a chunk's
+        pipeline through the layers, 1 per thread of a group in model and hybrid mode, at least 2 per stage of each
+        pipeline in pipeline mode; more where a chunk's
         activations would not fit in a worker's memory.
     segment
         Layers per task: in data mode (all by default: no exchange is needed between them), and in model and

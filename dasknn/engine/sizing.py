@@ -70,8 +70,9 @@ def part_stream_keep(keep_layers: int, chunks: int, groups: int) -> int:
     return keep_layers + max(0, -(-chunks // max(1, groups)) - 1)
 
 
-def memory_need(store, dtype: str, resident: bool, keep_layers: int, g: int, width: int) -> tuple[float, ...]:
-    # what a worker must hold beside its base: (all of it, the weights, a chunk's activations, the biggest layer)
+def memory_need(store, dtype: str, resident: bool, keep_layers: int, g: float, width: int) -> tuple[float, ...]:
+    # what a worker must hold beside its base: (all of it, the weights, a chunk's activations, the biggest layer);
+    # g: what the weights are divided by, the group size (pipeline mode: the network over its largest stage)
     item = np.dtype(dtype).itemsize
     biggest = max(store.layer_nnz(k) for k in range(1, store.depth + 1)) * (item + 4) + (store.neurons + 1) * 8
     # resident weights are briefly held twice while they load (decoded arrays, then the kernel's copies):
@@ -83,7 +84,7 @@ def memory_need(store, dtype: str, resident: bool, keep_layers: int, g: int, wid
     return weights + 2 * biggest + activations, weights, activations, biggest  # + a layer being decoded
 
 
-def fits(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: float, width: int) -> bool:
+def fits(store, dtype: str, resident: bool, keep_layers: int, g: float, memory: float, width: int) -> bool:
     return WORKER_BASE + memory_need(store, dtype, resident, keep_layers, g, width)[0] <= MEMORY_SHARE * memory
 
 
@@ -105,7 +106,14 @@ def default_chunks(images: int, threads: int, workers: int, g: int, resident: bo
     return n
 
 
-def check_memory(store, dtype: str, resident: bool, keep_layers: int, g: int, memory: float, width: int) -> None:
+def pipeline_chunks(images: int, stages: int, pipelines: int, fits_chunks: int) -> int:
+    """Chunks of a pipeline run: at least two per stage of each pipeline, so each stage has a chunk to run while the
+    next runs the one before (the fill and drain are then at most half the run), or ``fits_chunks`` (what fits a
+    worker's memory) where that is more; at most one per image."""
+    return max(1, min(images, max(2 * stages * pipelines, fits_chunks)))
+
+
+def check_memory(store, dtype: str, resident: bool, keep_layers: int, g: float, memory: float, width: int) -> None:
     """Refuse, with what to change, a run whose workers cannot hold what they must (instead of Dask pausing,
     killing and restarting them in a loop)."""
     if fits(store, dtype, resident, keep_layers, g, memory, width):
@@ -199,8 +207,11 @@ def _probe_task(path: str, in_path: str, images: int, dtype: str) -> dict:
 def predict_modes(client, workers: list[str], threads: int, store, path: str, in_path: str, images: int, dtype: str,
                   memory: float, weight_bytes: int, partition, chunks: int | None, sync_every: int,
                   resident: bool | None, everything: bool, group_size: int | None, exchange: str = "auto",
-                  backend: str = "cpu"):
-    """The cost model's predictions for data mode and every model/hybrid grouping the workers allow.
+                  backend: str = "cpu", pipeline: bool = False, stages: int | None = None):
+    """The cost model's predictions for data mode, every model/hybrid grouping the workers allow, and pipeline mode
+    (``stages`` workers a pipeline: by default one pipeline over all of them) where it is the mode asked for
+    (``pipeline``) or data mode cannot hold the weights: ``auto`` weighs it only against model and hybrid modes,
+    on workers too small for the whole network.
 
     Model and hybrid modes do data mode's multiply-adds plus their exchange, so where data mode holds the
     weights and has a chunk for every thread, the others are predicted only when ``everything`` is asked for.
@@ -253,7 +264,25 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     if everything or not data_suffices:
         sizes = [group_size] if group_size else [g for g in range(2, len(workers) + 1) if len(workers) % g == 0]
         out.extend(one(g, out[0]) for g in sizes)
+    k = stages or len(workers)
+    if (pipeline or not data_suffices) and 1 < k <= store.depth and len(workers) % k == 0:
+        out.append(_pipeline_prediction(cal, store, images, threads, len(workers), k, chunks, dtype, memory,
+                                        weight_bytes, resident))
     return cal, out
+
+
+def _pipeline_prediction(cal, store, images: int, threads: int, workers: int, k: int, chunks: int | None,
+                         dtype: str, memory: float, weight_bytes: int, resident: bool | None) -> Prediction:
+    # pipeline mode's prediction with the chunks it would run (at least two per stage of each pipeline)
+    from ..cost import predict_pipeline
+
+    nnz = np.array([store.layer_nnz(j) for j in range(1, store.depth + 1)], dtype=np.int64)
+    res = resident if resident is not None else weight_bytes / k <= WEIGHTS_SHARE * memory
+    n_chunks = chunks or pipeline_chunks(images, k, workers // k, default_chunks(images, threads, workers, k, res))
+    return predict_pipeline(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
+                            workers=workers, threads=threads, chunks=min(n_chunks, images), stages=k,
+                            neurons=store.neurons, itemsize=np.dtype(dtype).itemsize, weights_share=WEIGHTS_SHARE,
+                            resident=resident)  # (None: resident where its largest stage fits)
 
 
 def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,

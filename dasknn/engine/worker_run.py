@@ -25,11 +25,13 @@ Block = tuple[np.ndarray, np.ndarray, np.ndarray]  # indptr, indices, data (CSC)
 
 @dataclass(frozen=True)
 class LayerStreamSpec:
-    """Data mode out of core: stream whole layers of the store at ``path`` as ``dtype``, ``keep`` at once."""
+    """Data mode out of core: stream whole layers of the store at ``path`` as ``dtype``, ``keep`` at once; in
+    pipeline mode up to a stage's ``last`` layer only (0: the store's last)."""
 
     path: str
     dtype: str
     keep: int
+    last: int = 0
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ class InferenceRun:
         """The run's stream of ``spec``, opened on first use."""
         with self._lock:
             if spec not in self.streams:
-                self.streams[spec] = (LayerStream(spec.path, spec.dtype, spec.keep)
+                self.streams[spec] = (LayerStream(spec.path, spec.dtype, spec.keep, spec.last)
                                       if isinstance(spec, LayerStreamSpec)
                                       else PartStream(spec.plan, spec.part, spec.dtype, spec.keep))
             return self.streams[spec]

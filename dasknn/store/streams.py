@@ -80,12 +80,13 @@ class ReadAhead:
 
 
 class LayerStream(ReadAhead):
-    """A store's layers, whole, as CSC raw arrays ``(indptr, indices, data)`` with values as ``dtype`` (data mode)."""
+    """A store's layers, whole, as CSC raw arrays ``(indptr, indices, data)`` with values as ``dtype`` (data mode).
+    With ``last`` (pipeline mode: a stage's last layer) nothing past that layer is read, not even ahead."""
 
-    def __init__(self, path: str | os.PathLike[str], dtype: str, keep: int = 2):
+    def __init__(self, path: str | os.PathLike[str], dtype: str, keep: int = 2, last: int = 0):
         self.store = open_store(path, check="metadata")
         self.dtype = np.dtype(dtype)
-        super().__init__(self._layer, self.store.depth, keep)
+        super().__init__(self._layer, last or self.store.depth, keep)
 
     def _layer(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         w = self.store.layer(k)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DasknnError
+from ..stages import stage_cuts
 from ..kernels import back_input, pack_rows, unpack_rows, weight_grad
 from ..runtime.graph import PinnedGraph, pairwise_sum, ref, refs, tree_sum
 from ..runtime.recovery import watch
@@ -45,10 +46,9 @@ __all__ = ["PipelineRunner", "join_stages", "split_stages", "train_stage_cuts"]
 
 
 def train_stage_cuts(entries: list[int], stages: int) -> list[tuple[int, int]]:
-    """Consecutive layer ranges ``[lo, hi)`` (0-based) for ``stages`` stages, balanced by entries.
-
-    Each cut goes where the running total of entries is nearest to its share of the whole, leaving at least one
-    layer to every stage. (Training's cut; the inference pipeline weighs entries by the images alive too.)
+    """Consecutive layer ranges ``[lo, hi)`` (0-based) for ``stages`` stages, balanced by entries: the stages of
+    :func:`dasknn.stages.stage_cuts` (the inference pipeline's cut, here on the entries alone: training runs every
+    image through every layer), as training's slices of the model's layers.
 
     Parameters
     ----------
@@ -60,17 +60,7 @@ def train_stage_cuts(entries: list[int], stages: int) -> list[tuple[int, int]]:
     depth = len(entries)
     if not 1 <= stages <= depth:
         raise DasknnError(f"pipeline mode: {stages} stages need at least as many layers, the network has {depth}")
-    cum = np.cumsum(np.asarray(entries, dtype=np.float64))
-    total = float(cum[-1])
-    cuts, lo = [], 0
-    for i in range(1, stages):
-        # cut after layer j (1-based count of layers before the cut): leave a layer to this and each later stage
-        choices = np.arange(lo + 1, depth - (stages - i) + 1)
-        j = int(choices[np.argmin(np.abs(cum[choices - 1] - total * i / stages))])
-        cuts.append((lo, j))
-        lo = j
-    cuts.append((lo, depth))
-    return cuts
+    return [(s.first - 1, s.last) for s in stage_cuts(entries, stages)]
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,9 @@ INFERENCE = [
     ("model", ["--exchange", "p2p", "--results", "RESULTS"], Kill("categories-c1"), ("inference",)),
     ("data", [], Kill("weights-w1"), ("load",)),
     ("data", ["--results", "RESULTS"], Kill("spmm-l1-40-p0-c1"), ("inference",)),
+    ("pipeline", [], Kill("stage-weights-w1"), ("load",)),
+    ("pipeline", [], Kill("stage1-"), ("inference",)),
+    ("pipeline", ["--stream", "--results", "RESULTS"], Kill("stage0-", nth=2), ("inference",)),
     ("auto", ["--explain"], Kill("_probe_task", delay=0.05), ("probe",)),
     ("auto", ["--explain"], Kill("kernel_rate", delay=0.05), ("probe",)),
 ]

@@ -1,0 +1,83 @@
+"""Pipeline mode's graph builder and its worker-side tasks: each worker of a pipeline holds a *stage* (consecutive
+layers), and a chunk's activations flow from stage to stage.
+
+A chunk is data mode's chain of segments with segment ``s`` pinned to stage ``s``'s worker: ``stage{s}-l{a}-{b}-c{c}``
+runs layers ``a..b`` on the chunk, drops its dead images (:func:`~dasknn.kernels.run_layers` compacts them) and
+returns a :class:`Handoff`, which Dask moves to the next stage's worker as the next task's dependency (one message
+per chunk and stage boundary). The last stage returns the chunk's
+:class:`~dasknn.engine.tasks.ChunkResult`. So a chunk is one task per stage; with more chunks than stages, stage
+``s`` runs chunk ``c`` while stage ``s + 1`` runs chunk ``c - 1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from dask.sizeof import sizeof
+
+from .. import kernels
+from ..runtime.graph import PinnedGraph, ref
+from ..stages import Stage, stage_cuts  # noqa: F401 - the stages are this mode's: importable from here
+from ..store import open_store
+from .tasks import ResultSpec, run_segment
+from .worker_run import Block, LayerStreamSpec
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What a stage sends the next one for a chunk: the activations of its live images (neurons x images) and
+    those images' original indices (the dead ones already dropped)."""
+
+    yt: object
+    ids: np.ndarray
+
+
+@sizeof.register(Handoff)
+def _handoff_bytes(handoff: Handoff) -> int:
+    # Dask counts a result's bytes (its memory, and what a transfer sent) by sizeof, which for an object it does
+    # not know is the object's header alone
+    return int(sizeof(handoff.yt) + sizeof(handoff.ids))
+
+
+def stage_weights(path: str, stage: Stage, dtype: str, backend: str) -> list[Block | None]:
+    """A stage's layers, read by its worker from the store, in a list indexed like data mode's (layer ``k`` at
+    ``k - 1``): the layers before the stage are None, so :func:`~dasknn.engine.tasks.run_segment` runs it as is."""
+    store = open_store(path, check="metadata")
+    dev = kernels.to_device
+    blocks: list[Block | None] = [None] * (stage.first - 1)
+    for k in range(stage.first, stage.last + 1):
+        w = store.layer(k)
+        blocks.append((dev(w.indptr, backend), dev(w.indices, backend), dev(w.data.astype(dtype), backend)))
+    return blocks
+
+
+def run_stage(run: str, weights: list | LayerStreamSpec, stage: Stage, bias: float, ymax: float, final: bool,
+              results: ResultSpec | None, rows: tuple[int, int] | None, source, start: int):
+    """Stage ``stage`` of one chunk: from the chunk's images (the first stage, whose first image is ``start``) or
+    the previous stage's :class:`Handoff` (``source``); a :class:`Handoff` for the next stage, or after the last
+    layer the chunk's :class:`~dasknn.engine.tasks.ChunkResult`."""
+    if isinstance(source, Handoff):
+        yt, ids = source.yt, source.ids
+    else:
+        yt, ids = source, start
+    out = run_segment(run, weights, yt, ids, stage.first, stage.last, bias, ymax, final, results, rows)
+    return out if final else Handoff(*out)
+
+
+def pipeline_chunk(graph: PinnedGraph, c: int, start: int, stages: list[Stage], members: list[str],
+                   weights_of: dict[str, object], images, bias: float, ymax: float, results: ResultSpec | None,
+                   rows: tuple[int, int] | None = None) -> str:
+    """Chunk ``c``'s tasks (its first image ``start``; its ``images`` on ``members[0]``) through the pipeline of
+    ``members``, stage ``s`` on ``members[s]`` with that worker's layers ``weights_of[members[s]]``: one task per
+    stage; the last one's key (its result the chunk's :class:`~dasknn.engine.tasks.ChunkResult`, with its final
+    activations where ``rows`` is given)."""
+    source = images
+    key = ""
+    for s, (stage, w) in enumerate(zip(stages, members)):
+        final = s == len(stages) - 1
+        key = graph.add(w, f"stage{s}-l{stage.first}-{stage.last}-c{c}", (
+            run_stage, graph.run, weights_of[w], stage, bias, ymax, final, results, rows if final else None, source,
+            start))
+        source = ref(key)
+    return key

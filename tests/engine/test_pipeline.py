@@ -1,0 +1,220 @@
+"""Pipeline mode (inference): each worker holds a stage of consecutive layers, chunks flow stage to stage."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from dasknn import cost, engine, generate, modes, store
+from dasknn.cli import main
+from dasknn.stages import Stage, stage_cuts
+
+
+@pytest.fixture(scope="module")
+def client3():
+    from dasknn.cluster import local_client
+
+    with local_client(workers=3, threads_per_worker=1) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def client4():
+    from dasknn.cluster import local_client
+
+    with local_client(workers=4, threads_per_worker=1) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory):
+    """A generated 1024 x 24 network with 300 images and their float64 truth."""
+    return generate.write(tmp_path_factory.mktemp("pipeline") / "deep.zarr", 1024, 24, 300, seed=7, truth=True)
+
+
+def _check_stages(stages, depth: int, k: int) -> None:
+    # consecutive, non-empty, covering 1..depth, k of them
+    assert len(stages) == k
+    assert stages[0][0] == 1 and stages[-1][1] == depth
+    for (a, b), (c, _) in zip(stages, stages[1:]):
+        assert a <= b and c == b + 1
+
+
+def _best_slowest(work: list[float], k: int) -> float:
+    # the slowest stage of the best cut, by trying every cut
+    best = float("inf")
+    for cuts in itertools.combinations(range(1, len(work)), k - 1):
+        edges = (0, *cuts, len(work))
+        best = min(best, max(sum(work[a:b]) for a, b in zip(edges, edges[1:])))
+    return best
+
+
+@pytest.mark.parametrize("work", [[5, 1, 1, 1, 1, 1, 1, 1], [1] * 7, [8, 4, 2, 1, 1, 1, 0.5, 0.5, 0.2],
+                                  [3, 9, 1, 1, 7, 2, 2, 6, 1, 4], [1, 1, 1, 100]])
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_stage_cuts_are_consecutive_cover_every_layer_and_balance_the_slowest(work, k):
+    cuts = stage_cuts(work, k)
+    assert all(isinstance(s, Stage) for s in cuts)
+    _check_stages([s.as_list() for s in cuts], len(work), k)
+    slowest = max(sum(work[s.first - 1:s.last]) for s in cuts)
+    assert slowest == pytest.approx(_best_slowest(work, k))
+
+
+def test_stage_cuts_refuse_more_stages_than_layers():
+    with pytest.raises(ValueError, match="3 stages cannot cut 2 layers"):
+        stage_cuts([1, 1], 3)
+
+
+def test_pipeline_is_a_mode_of_inference_and_training_but_not_a_group_size_mode():
+    assert modes.PIPELINE in modes.INFERENCE and modes.PIPELINE in engine.MODES
+    from dasknn.train import MODES as TRAINING
+
+    assert modes.PIPELINE in TRAINING and modes.PIPELINE not in modes.DISTRIBUTED
+    assert modes.group_size_of(modes.PIPELINE, 4, None) == 4
+    assert modes.group_size_of(modes.PIPELINE, 4, 2) == 2
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_pipeline_matches_the_truth_with_k_stages(request, slice_store, slice_truth, k):
+    client = request.getfixturevalue({2: "client", 3: "client3", 4: "client4"}[k])
+    result = engine.infer(slice_store, client=client, mode="pipeline", dtype="float64")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    assert result.mode == "pipeline" and result.group_size == k and result.workers == k
+    _check_stages(result.stages, 12, k)
+    # by default two chunks per stage at least, so every stage has work once the pipeline is full
+    assert result.chunks >= 2 * k
+    # one task per stage and chunk (no splitting tasks between them): the scheduler's load is K per chunk
+    assert result.tasks == result.chunks * k
+    # the activations crossed the stage boundaries as Dask transfers (counted by their arrays' bytes)
+    assert result.bytes_sent > 0
+    assert result.exchange == "" and result.plan_bytes == 0
+
+
+def test_pipeline_replicas_with_group_size(client4, slice_store, slice_truth):
+    # two pipelines of two stages each, the chunks going round them
+    result = engine.infer(slice_store, client=client4, mode="pipeline", group_size=2, dtype="float64", chunks=8)
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    assert result.group_size == 2 and result.workers == 4 and result.chunks == 8
+    _check_stages(result.stages, 12, 2)
+    assert result.tasks == 8 * 2
+
+
+def _network_bytes(path) -> int:
+    # the bytes a stream reads for every layer once (indptr, indices, float64 values)
+    s = store.open_store(path)
+    return sum(w.indptr.nbytes + w.indices.nbytes + w.data.astype(np.float64).nbytes for w in s.iter_layers())
+
+
+@pytest.mark.parametrize("resident", [True, False])
+def test_pipeline_on_a_deeper_generated_network(client4, deep, resident):
+    result = engine.infer(deep, client=client4, mode="pipeline", dtype="float64", resident=resident)
+    np.testing.assert_array_equal(result.categories, store.open_inputs(deep).truth(np.float64))
+    _check_stages(result.stages, 24, 4)
+    assert result.tasks == result.chunks * 4
+    if not resident:
+        # each worker streamed its stage's layers only, once per chunk (nothing read past its stage): the workers
+        # together read the network once per chunk, not once per chunk and worker as data mode would
+        assert result.bytes_read == result.chunks * _network_bytes(deep)
+
+
+def test_cli_infer_pipeline_json_and_explain(slice_store, capsys):
+    code = main(["infer", "--network", str(slice_store), "--mode", "pipeline", "--workers", "2", "--chunks", "4",
+                 "--dtype", "float64", "--json", "--explain"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    report = json.loads(out.out)
+    assert report["mode"] == "pipeline" and report["matches_truth"] is True and report["mismatched"] == 0
+    assert report["group_size"] == 2 and report["tasks"] == 8
+    _check_stages(report["stages"], 12, 2)
+    # the cost model predicted the pipeline beside the other modes
+    predicted = {p["mode"]: p for p in report["predictions"]}
+    assert predicted["pipeline"]["group_size"] == 2 and predicted["pipeline"]["seconds"] > 0
+    assert "data" in predicted
+
+
+def test_other_modes_report_no_stages(slice_store, capsys):
+    code = main(["infer", "--network", str(slice_store), "--mode", "data", "--workers", "1", "--batch", "100",
+                 "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "stages" not in json.loads(out.out)
+
+
+def _cal(**over) -> cost.Calibration:
+    base = dict(kernel_rate=1e9, message_rate=1e8, transfer_rate=1e9, task_seconds=1e-3, read_rate=1e8,
+                alive=[1.0, 1.0, 1.0, 1.0], message_factor=[1.0] * 4, probe_layers=4, probe_images=64)
+    base.update(over)
+    return cost.Calibration(**base)
+
+
+def _predict(cal, **over) -> cost.Prediction:
+    args = dict(images=1000, layer_nnz=np.array([1000, 1000, 1000, 1000]), weight_bytes=48_000, memory=1e6,
+                workers=2, threads=2, chunks=4, stages=2, neurons=100, itemsize=8, weights_share=0.25)
+    args.update(over)
+    return cost.predict_pipeline(cal, **args)
+
+
+def test_pipeline_prediction_fill_drain_boundary_and_memory():
+    p = _predict(_cal())
+    assert p.mode == "pipeline" and p.group_size == 2 and p.fits and p.resident
+    # each stage: 2 layers x 1000 entries x 250 images per chunk at 1e9 = 5e-4 s; 4 chunks + 1 to fill and drain
+    assert p.compute == pytest.approx(5e-4 * (4 + 1))
+    # 1000 images alive x 100 neurons x 8 bytes cross the one boundary, at 1e9 B/s on each of 2 workers
+    assert p.exchange == pytest.approx(1000 * 100 * 8 / 2e9)
+    assert p.tasks == pytest.approx(4 * 2 * 1e-3 / 2)
+    assert p.seconds == pytest.approx(p.compute + p.exchange + p.tasks)
+    # images dead after the first layers: the later layers are cheaper, and the cut follows the work
+    lighter = _predict(_cal(alive=[1.0, 0.5, 0.25, 0.25]))
+    assert lighter.compute < p.compute
+    # the largest stage (half the weights) must fit a quarter of the memory
+    assert not _predict(_cal(), memory=4 * 24_000 - 1, resident=True).fits
+    assert _predict(_cal(), memory=4 * 24_000).fits
+
+
+def test_auto_weighs_the_pipeline_only_where_data_mode_cannot_hold_the_weights(client, slice_store, slice_truth):
+    # the weights fit: auto (with explain) predicts data and model mode as before, not the pipeline
+    fits = engine.infer(slice_store, client=client, mode="auto", explain=True, images=200, dtype="float64")
+    assert "pipeline" not in {p.mode for p in fits.predictions}
+    # streamed: the pipeline is a candidate, and auto runs the cheapest that fits, whichever it is
+    result = engine.infer(slice_store, client=client, mode="auto", explain=True, resident=False, dtype="float64")
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    predicted = {p.mode: p for p in result.predictions}
+    assert predicted["pipeline"].group_size == 2 and not predicted["pipeline"].resident
+    best = cost.cheapest(result.predictions)
+    assert (result.mode, result.group_size) == (best.mode, best.group_size)
+    if result.mode == "pipeline":
+        _check_stages(result.stages, 12, 2)
+
+
+def test_more_stages_than_layers_is_refused_in_one_line(client, tmp_path):
+    from dasknn.errors import DasknnError
+
+    one_layer = generate.write(tmp_path / "one.zarr", 1024, 1, 20, seed=1)
+    with pytest.raises(DasknnError, match="each of its 2 workers a stage of at least one layer, and the network "
+                                          "has 1"):
+        engine.infer(one_layer, client=client, mode="pipeline")
+
+
+def test_a_pipeline_worker_must_hold_its_largest_stage(slice_store):
+    from dasknn.engine.infer import _holds
+
+    s = store.open_store(slice_store)
+    nnz = np.array([s.layer_nnz(k) for k in range(1, 13)], dtype=float)  # 32,768 entries each
+    # the images die after layer 1: the work cut gives layer 1 a stage alone, and the other 11 layers to the second
+    work = nnz * np.array([1.0] + [0.05] * 11)
+    assert _holds(s, work, 2, resident=True) == pytest.approx(12 / 11)
+    assert _holds(s, nnz, 3, resident=True) == pytest.approx(3)  # even work: a third each
+    assert _holds(s, work, 2, resident=False) == 1  # streaming: whole layers, as data mode
+    assert _holds(s, None, 4, resident=True) == 4  # other modes: their group size
+
+
+def test_pipeline_keeps_the_final_activations_on_the_last_stage(client, slice_store, slice_truth):
+    result = engine.infer(slice_store, client=client, mode="pipeline", dtype="float64", keep_activations=True)
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    rows = result.activations.compute(scheduler=client)
+    assert rows.shape == (1000, 1024)
+    # the images with a nonzero final row are the categories (both 0-based)
+    np.testing.assert_array_equal(np.flatnonzero(rows.any(axis=1)), slice_truth)
