@@ -77,6 +77,7 @@ def test_pipeline_is_a_mode_of_inference_and_training_but_not_a_group_size_mode(
     assert modes.group_size_of(modes.PIPELINE, 4, 2) == 2
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("k", [2, 3, 4])
 def test_pipeline_matches_the_truth_with_k_stages(request, slice_store, slice_truth, k):
     client = request.getfixturevalue({2: "client", 3: "client3", 4: "client4"}[k])
@@ -93,6 +94,7 @@ def test_pipeline_matches_the_truth_with_k_stages(request, slice_store, slice_tr
     assert result.exchange == "" and result.plan_bytes == 0
 
 
+@pytest.mark.cluster
 def test_pipeline_replicas_with_group_size(client4, slice_store, slice_truth):
     # two pipelines of two stages each, the chunks going round them
     result = engine.infer(slice_store, client=client4, mode="pipeline", group_size=2, dtype="float64", chunks=8)
@@ -108,6 +110,7 @@ def _network_bytes(path) -> int:
     return sum(w.indptr.nbytes + w.indices.nbytes + w.data.astype(np.float64).nbytes for w in s.iter_layers())
 
 
+@pytest.mark.cluster
 @pytest.mark.parametrize("resident", [True, False])
 def test_pipeline_on_a_deeper_generated_network(client4, deep, resident):
     result = engine.infer(deep, client=client4, mode="pipeline", dtype="float64", resident=resident)
@@ -120,6 +123,7 @@ def test_pipeline_on_a_deeper_generated_network(client4, deep, resident):
         assert result.bytes_read == result.chunks * _network_bytes(deep)
 
 
+@pytest.mark.cluster
 def test_cli_infer_pipeline_json_and_explain(slice_store, capsys):
     code = main(["infer", "--network", str(slice_store), "--mode", "pipeline", "--workers", "2", "--chunks", "4",
                  "--dtype", "float64", "--json", "--explain"])
@@ -135,6 +139,7 @@ def test_cli_infer_pipeline_json_and_explain(slice_store, capsys):
     assert "data" in predicted
 
 
+@pytest.mark.cluster
 def test_other_modes_report_no_stages(slice_store, capsys):
     code = main(["infer", "--network", str(slice_store), "--mode", "data", "--workers", "1", "--batch", "100",
                  "--json"])

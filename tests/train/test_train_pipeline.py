@@ -102,6 +102,7 @@ def test_digits_deeper_network_losses_equal_single_process(client):
     np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12)
 
 
+@pytest.mark.cluster
 def test_pipeline_refuses_more_stages_than_layers_and_no_micro_batches():
     x, y = toy_data()
     with pytest.raises(DasknnError, match="4 stages"):
