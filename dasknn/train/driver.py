@@ -252,11 +252,12 @@ def _run_on_cluster(client, recovery: Recovery, start_on_cluster, model: Model, 
         # the figures before the model comes back to the client (the gather is counted as sent)
         seconds = time.perf_counter() - run.t0
         sent1 = client.run(metrics.bytes_sent)
+        pushed = run.runner.pushed_bytes() if hasattr(run.runner, "pushed_bytes") else 0  # (p2p: past Dask's)
         figures = run.runner.figures() if hasattr(run.runner, "figures") else {}
         final = run.runner.model()
         run.runner.close()
         # a lost worker's counter is lost with it; a restarted one counts from zero
-        sent = sum(sent1[w] - run.sent0.get(w, 0) for w in sent1)
+        sent = sum(sent1[w] - run.sent0.get(w, 0) for w in sent1) + pushed
         return _Outcome(final, run.losses, seconds, sent, len(recovery.losses), run.compile_seconds, figures)
 
     def on_loss(lost) -> dict:
