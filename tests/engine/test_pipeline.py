@@ -22,14 +22,6 @@ def client3():
 
 
 @pytest.fixture(scope="module")
-def client4():
-    from dasknn.cluster import local_client
-
-    with local_client(workers=4, threads_per_worker=1) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def deep(tmp_path_factory):
     """A generated 1024 x 24 network with 300 images and their float64 truth."""
     return generate.write(tmp_path_factory.mktemp("pipeline") / "deep.zarr", 1024, 24, 300, seed=7, truth=True)
