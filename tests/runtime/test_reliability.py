@@ -60,7 +60,12 @@ def _kill_client_and_orphans(proc: subprocess.Popen) -> None:
 
 
 def _written(results: Path) -> int:
-    return sum('"complete": true' in p.read_text() for p in results.glob("chunk-*/zarr.json"))
+    # polled while the run puts its results store in place (written hidden, then renamed): a folder that vanishes
+    # between the listing and the reading is one not written yet
+    try:
+        return sum('"complete": true' in p.read_text() for p in results.glob("chunk-*/zarr.json"))
+    except FileNotFoundError:
+        return 0
 
 
 def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120) -> None:
