@@ -62,15 +62,21 @@ def process_cluster(workers: int = 2, memory_limit: str = "2GB", timeout: float 
                 time.sleep(0.2)
         yield Cluster(address, procs)
     finally:
-        for p in procs:
+        stop_process_groups(procs, 10.0)
+
+
+def stop_process_groups(procs: list[subprocess.Popen], wait_seconds: float) -> None:
+    """End each process's group (each was started as a group's leader): SIGTERM to all of them, then SIGKILL to a
+    group whose leader has not ended within ``wait_seconds``."""
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(wait_seconds)
+        except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait(10)
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(wait_seconds)
 
 

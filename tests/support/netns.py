@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from dasknn.testing import stop_process_groups
+
 #: The hosts' network: 10.78.N.0/24 (N per cluster, so two clusters never share addresses).
 NET = "10.78"
 
@@ -124,15 +126,7 @@ def namespaced_cluster(workers: int = 2, rate: str = "1gbit", delay_worker: int 
         _wait_for_workers(cluster, workers, env)
         yield cluster
     finally:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
+        stop_process_groups(procs, 15.0)
         if relay is not None:
             relay.stop()
         for host in hosts:
