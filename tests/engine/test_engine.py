@@ -452,3 +452,21 @@ def test_part_blocks_reuse_the_space_of_two_layers_back():
     assert not np.shares_memory(run.space(0, 0, "block", like, (80, 50), 2), second)  # too small: a new one
     close_run("run-space-test")
     assert not run.spaces
+
+
+@pytest.mark.cluster
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode, exchange", [("model", "tasks"), ("model", "p2p"), ("pipeline", "auto")])
+def test_device_blocks_cross_workers_exactly(slice_store, slice_truth, mode, exchange):
+    # two worker processes sharing the one GPU: model mode's messages (over the scheduler's tasks, or pushed
+    # worker to worker by p2p) and pipeline mode's activations leave one process's device and reach another's
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as c:
+        result = engine.infer(slice_store, client=c, mode=mode, backend="gpu", dtype="float64",
+                              exchange=exchange, chunks=4)
+    np.testing.assert_array_equal(result.categories, slice_truth)
+    assert result.mode == mode and result.workers == 2
+    if mode == "model":
+        assert result.exchange == exchange and result.bytes_sent > 0
