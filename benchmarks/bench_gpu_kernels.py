@@ -164,11 +164,99 @@ __device__ void step_staged_half(const T* __restrict__ yt, const T* __restrict__
 CANDIDATE_HALF(half1_w16, float, 1, 512, 3)
 CANDIDATE_HALF(half2_w16, float, 2, 512, 3)
 CANDIDATE_HALF(half2_w8, float, 2, 256, 6)
+
+// a row's entries loaded by the warp together (lane l holds entry l of each 32), then handed round by shuffles:
+// the shared-memory load no longer waits for a load of its index from global memory
+template <typename T, int R>
+__device__ void step_staged_shfl(const T* __restrict__ yt, const T* __restrict__ extra, long long split,
+                                 const long long* __restrict__ indptr, const int* __restrict__ indices,
+                                 const T* __restrict__ data, T bias, T ymax, T* __restrict__ out,
+                                 int* __restrict__ alive, long long n_in, long long n_out, long long nb) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    T* sh = reinterpret_cast<T*>(smem);
+    __shared__ int tile_alive[TILE];
+    const unsigned FULL = 0xffffffffu;
+    const int lane = threadIdx.x, warp = threadIdx.y, nwarps = blockDim.y;
+    const int nin = (int)n_in, nout = (int)n_out;
+    for (long long tile = blockIdx.x; tile * TILE < nb; tile += gridDim.x) {
+        const long long b0 = tile * TILE;
+        const bool in = b0 + lane < nb;
+        for (int r = warp; r < nin; r += nwarps)
+            sh[r * TILE + lane] = in ? input_row(yt, extra, split, (long long)r, nb)[b0 + lane] : T(0);
+        if (warp == 0) tile_alive[lane] = 0;
+        __syncthreads();
+        int mine = 0;
+        for (int j0 = warp * R; j0 < nout; j0 += nwarps * R) {
+            long long p[R];
+            int len[R];
+            T acc[R];
+            int most = 0;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const int j = j0 + r < nout ? j0 + r : nout - 1;
+                p[r] = indptr[j];
+                len[r] = j0 + r < nout ? (int)(indptr[j + 1] - p[r]) : 0;
+                acc[r] = T(0);
+                most = len[r] > most ? len[r] : most;
+            }
+            for (int c = 0; c < most; c += 32) {
+                int at[R];
+                T w[R];
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const bool has = c + lane < len[r];
+                    at[r] = has ? __ldg(indices + p[r] + c + lane) * TILE : 0;
+                    w[r] = has ? __ldg(data + p[r] + c + lane) : T(0);
+                }
+                const int n = most - c < 32 ? most - c : 32;
+                if (n == 32) {
+#pragma unroll
+                    for (int q = 0; q < 32; ++q) {
+#pragma unroll
+                        for (int r = 0; r < R; ++r)
+                            if (c + q < len[r])
+                                acc[r] = madd(acc[r], sh[__shfl_sync(FULL, at[r], q) + lane], __shfl_sync(FULL, w[r], q));
+                    }
+                } else {
+                    for (int q = 0; q < n; ++q) {
+#pragma unroll
+                        for (int r = 0; r < R; ++r)
+                            if (c + q < len[r])
+                                acc[r] = madd(acc[r], sh[__shfl_sync(FULL, at[r], q) + lane], __shfl_sync(FULL, w[r], q));
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (j0 + r < nout && in) {
+                    const T v = rule(acc[r], bias, ymax);
+                    out[(long long)(j0 + r) * nb + b0 + lane] = v;
+                    mine |= v != T(0);
+                }
+            }
+        }
+        if (mine) tile_alive[lane] = 1;
+        __syncthreads();
+        if (warp == 0 && in && tile_alive[lane]) alive[b0 + lane] = 1;
+        __syncthreads();
+    }
+}
+#define CANDIDATE_SHFL(NAME, T, R, THREADS)                                                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                                \
+    NAME(const T* yt, const T* extra, long long split, const long long* indptr, const int* indices,         \
+         const T* data, T bias, T ymax, T* out, int* alive, long long n_in, long long n_out, long long nb) {   \
+        step_staged_shfl<T, R>(yt, extra, split, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb); \
+    }
+CANDIDATE_SHFL(shfl1_w32, float, 1, 1024)
+CANDIDATE_SHFL(shfl2_w32, float, 2, 1024)
+CANDIDATE_SHFL(shfl1_w16, float, 1, 512)
+CANDIDATE_SHFL(shfl2_w16, float, 2, 512)
 """
 
 #: name -> (warps per block, images per tile), of the candidates above
 SHAPES = {"rows1_w32": (32, 32), "rows2_w32": (32, 32), "rows4_w32": (32, 32), "rows2_w16": (16, 32),
-          "rows4_w16": (16, 32), "half1_w16": (16, 16), "half2_w16": (16, 16), "half2_w8": (8, 16)}
+          "rows4_w16": (16, 32), "half1_w16": (16, 16), "half2_w16": (16, 16), "half2_w8": (8, 16),
+          "shfl1_w32": (32, 32), "shfl2_w32": (32, 32), "shfl1_w16": (16, 32), "shfl2_w16": (16, 32)}
 
 
 def source() -> str:
