@@ -237,10 +237,13 @@ def section_engine(b: Bench) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = import_network(b.data / "neuron1024.tar.gz", Path(tmp) / "real.zarr")
         inputs = write_inputs_store(Path(tmp) / "in.zarr", b.images)
-        s, r, kind = engine_runs(store, inputs, b.args.chunks, "float32", b.args.repeats)
-    over = f"overhead {s / b.loop_kernels_only - 1:+.1%} vs the loop" if b.loop_kernels_only else ""
-    b.record(f"Dask engine ({kind}, 1 worker, {r.chunks} chunk(s))", s, r.categories, b.n, b.net.edges, b.truth,
-             over)
+        for dtype in b.args.engine_dtypes.split(","):
+            s, r, kind = engine_runs(store, inputs, b.args.chunks, dtype, b.args.repeats)
+            over = (f"overhead {s / b.loop_kernels_only - 1:+.1%} vs the loop"
+                    if b.loop_kernels_only and dtype == "float32" else "must be 0 mismatched" if dtype == "float64"
+                    else "")
+            b.record(f"Dask engine ({kind}, 1 worker, {r.chunks} chunk(s), {dtype})", s, r.categories, b.n,
+                     b.net.edges, b.truth, over)
 
 
 def section_generated(b: Bench) -> None:
@@ -287,6 +290,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=60000, help="real images to run (default: all 60,000)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--chunks", type=int, default=1, help="image chunks in the engine (and the loop beside it)")
+    ap.add_argument("--engine-dtypes", default="float32", help="comma list of the engine section's dtypes")
     ap.add_argument("--cupyx-repeats", type=int, default=1)
     ap.add_argument("--generated", default="4096,16384,65536", help="neurons of generated 120-layer networks")
     ap.add_argument("--gen-images", type=int, default=0,
