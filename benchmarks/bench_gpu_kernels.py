@@ -251,12 +251,78 @@ CANDIDATE_SHFL(shfl1_w32, float, 1, 1024)
 CANDIDATE_SHFL(shfl2_w32, float, 2, 1024)
 CANDIDATE_SHFL(shfl1_w16, float, 1, 512)
 CANDIDATE_SHFL(shfl2_w16, float, 2, 512)
+
+// the current kernel with the row's entries read four at a time (one 16-byte load of indices, one of weights):
+// the uniform loads, not the sums, fill the load/store pipe (three of its operations an entry before)
+template <typename T, int U>
+__device__ void step_staged_vec(const T* __restrict__ yt, const T* __restrict__ extra, long long split,
+                                const long long* __restrict__ indptr, const int* __restrict__ indices,
+                                const T* __restrict__ data, T bias, T ymax, T* __restrict__ out,
+                                int* __restrict__ alive, long long n_in, long long n_out, long long nb) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    T* sh = reinterpret_cast<T*>(smem);
+    __shared__ int tile_alive[TILE];
+    const int lane = threadIdx.x;
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const int nthreads = blockDim.x * blockDim.y;
+    const int size = (int)n_in * TILE;
+    for (long long tile = blockIdx.x; tile * TILE < nb; tile += gridDim.x) {
+        const long long b0 = tile * TILE;
+        for (int i = tid; i < size; i += nthreads) {
+            const int r = i / TILE, c = i % TILE;
+            sh[i] = b0 + c < nb ? input_row(yt, extra, split, r, nb)[b0 + c] : T(0);
+        }
+        if (threadIdx.y == 0) tile_alive[lane] = 0;
+        __syncthreads();
+        const long long b = b0 + lane;
+        int mine = 0;
+        if (b < nb) {
+            for (long long j = threadIdx.y; j < n_out; j += blockDim.y) {
+                T acc = T(0);
+                long long p = indptr[j];
+                const long long end = indptr[j + 1];
+                for (; p < end && (p & 3); ++p)
+                    acc = madd(acc, sh[__ldg(indices + p) * TILE + lane], __ldg(data + p));
+#pragma unroll U
+                for (; p + 4 <= end; p += 4) {
+                    const int4 at = __ldg(reinterpret_cast<const int4*>(indices + p));
+                    const float4 w = __ldg(reinterpret_cast<const float4*>(data + p));
+                    acc = madd(acc, sh[at.x * TILE + lane], w.x);
+                    acc = madd(acc, sh[at.y * TILE + lane], w.y);
+                    acc = madd(acc, sh[at.z * TILE + lane], w.z);
+                    acc = madd(acc, sh[at.w * TILE + lane], w.w);
+                }
+                for (; p < end; ++p)
+                    acc = madd(acc, sh[__ldg(indices + p) * TILE + lane], __ldg(data + p));
+                const T v = rule(acc, bias, ymax);
+                out[j * nb + b] = v;
+                mine |= v != T(0);
+            }
+        }
+        if (mine) tile_alive[lane] = 1;
+        __syncthreads();
+        if (threadIdx.y == 0 && b < nb && tile_alive[lane]) alive[b] = 1;
+        __syncthreads();
+    }
+}
+#define CANDIDATE_VEC(NAME, U, THREADS)                                                                      \
+    extern "C" __global__ void __launch_bounds__(THREADS, 1)                                                \
+    NAME(const float* yt, const float* extra, long long split, const long long* indptr, const int* indices, \
+         const float* data, float bias, float ymax, float* out, int* alive, long long n_in, long long n_out,   \
+         long long nb) {                                                                                      \
+        step_staged_vec<float, U>(yt, extra, split, indptr, indices, data, bias, ymax, out, alive, n_in, n_out, nb); \
+    }
+CANDIDATE_VEC(vec_u1_w32, 1, 1024)
+CANDIDATE_VEC(vec_u2_w32, 2, 1024)
+CANDIDATE_VEC(vec_u2_w16, 2, 512)
+CANDIDATE_VEC(vec_u4_w32, 4, 1024)
 """
 
 #: name -> (warps per block, images per tile), of the candidates above
 SHAPES = {"rows1_w32": (32, 32), "rows2_w32": (32, 32), "rows4_w32": (32, 32), "rows2_w16": (16, 32),
           "rows4_w16": (16, 32), "half1_w16": (16, 16), "half2_w16": (16, 16), "half2_w8": (8, 16),
-          "shfl1_w32": (32, 32), "shfl2_w32": (32, 32), "shfl1_w16": (16, 32), "shfl2_w16": (16, 32)}
+          "shfl1_w32": (32, 32), "shfl2_w32": (32, 32), "shfl1_w16": (16, 32), "shfl2_w16": (16, 32),
+          "vec_u1_w32": (32, 32), "vec_u2_w32": (32, 32), "vec_u2_w16": (16, 32), "vec_u4_w32": (32, 32)}
 
 
 def source() -> str:
@@ -358,6 +424,7 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=60000)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--layers", default="1,2,4,30,119", help="layers whose real activations time each kernel")
+    ap.add_argument("--only", default="", help="comma list of the candidates to run (default: all)")
     args = ap.parse_args()
 
     import cupy
@@ -374,6 +441,7 @@ def main() -> None:
     layers = device_layers(net, f32)
     n = args.images
     cand = Candidates()
+    chosen = [c for c in SHAPES if not args.only or c in args.only.split(",")]
 
     def current(yt, layer, alive):
         return kernels.gpu.gpu_step(yt, *layer, net.bias, net.ymax, alive, "auto")
@@ -405,7 +473,7 @@ def main() -> None:
             alive = cupy.zeros(yin.shape[1], dtype=cupy.int32)
             ref = current(yin, layer, alive)
             edges = int(layer[1].size)
-            for name in ("current", *SHAPES):
+            for name in ("current", *chosen):
                 fn = (lambda: current(yin, layer, alive)) if name == "current" else (
                     lambda name=name: cand.step(name, yin, layer, net.bias, net.ymax, alive))
                 s = event_time(fn, args.repeats)
@@ -415,7 +483,7 @@ def main() -> None:
 
     def whole_loop() -> None:
         print("\n3. the whole loop | kernel | ms | TeraEdges/s (nominal) | mismatched (float32)", flush=True)
-        for name in ("current", *SHAPES):
+        for name in ("current", *chosen):
             step = current if name == "current" else (
                 lambda yt, layer, alive, name=name: cand.step(name, yt, layer, net.bias, net.ymax, alive))
             s = event_time(lambda: loop_with(step, y0.copy(), layers, net.bias, net.ymax, np.arange(n)), 5) - copy
