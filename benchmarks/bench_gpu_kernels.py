@@ -425,6 +425,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--layers", default="1,2,4,30,119", help="layers whose real activations time each kernel")
     ap.add_argument("--only", default="", help="comma list of the candidates to run (default: all)")
+    ap.add_argument("--profile", action="store_true",
+                    help="run the current loop once and stop (for Nsight Compute: ncu -k regex:dasknn_staged ...)")
     args = ap.parse_args()
 
     import cupy
@@ -440,13 +442,17 @@ def main() -> None:
     f32 = np.dtype(np.float32)
     layers = device_layers(net, f32)
     n = args.images
-    cand = Candidates()
+    cand = None if args.profile else Candidates()
     chosen = [c for c in SHAPES if not args.only or c in args.only.split(",")]
 
     def current(yt, layer, alive):
         return kernels.gpu.gpu_step(yt, *layer, net.bias, net.ymax, alive, "auto")
 
     y0 = dense_on_device(images, f32)
+    if args.profile:
+        kernels.run_layers_gpu(y0, layers, net.bias, net.ymax, np.arange(n))
+        cupy.cuda.Device().synchronize()
+        return
     copy = event_time(lambda: y0.copy(), 5)
 
     def breakdown() -> None:
