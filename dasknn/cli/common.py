@@ -160,6 +160,23 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def loss_lines(recoveries: list[dict]) -> str:
+    """One line for each loss of workers a run survived (the report's ``recoveries``): who was lost, in which
+    phase, how long the run waited and on how many workers it went on, with what it kept and redid.
+
+    A run that lost a worker still succeeds; these lines say why it took longer, and on fewer workers where one was
+    not replaced. Empty when nothing was lost.
+    """
+    lines = []
+    for loss in recoveries:
+        redone = [f"{key.replace('_', ' ')} {value}" for key, value in loss.items()
+                  if key not in ("lost", "phase", "waited_seconds", "workers_now")]
+        lines.append(f"lost {', '.join(loss['lost'])} in the {loss['phase']} phase: waited "
+                     f"{loss['waited_seconds']:.1f} s, went on with {plural(loss['workers_now'], 'worker')}"
+                     + (f" ({', '.join(redone)})" if redone else ""))
+    return "\n".join(lines)
+
+
 def mismatch_line(mismatched: int, images: int, dtype: str) -> str:
     """How many images differ from the truth; for a few in float32, that float64 gives the exact answer."""
     line = f"{mismatched} image{'s differ' if mismatched != 1 else ' differs'} from the truth"

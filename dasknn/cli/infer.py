@@ -17,8 +17,8 @@ import numpy as np
 from ..errors import DasknnError
 from ..modes import INFERENCE
 from ..ingest import import_network
-from .common import (Progress, Stages, check_report, emit, explain_table, mismatch_line, performance_report,
-                     plural, positive_int)
+from .common import (Progress, Stages, check_report, emit, explain_table, loss_lines, mismatch_line,
+                     performance_report, plural, positive_int)
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,8 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
           f"{result.images} images x {result.layers} layers of {result.neurons} neurons ({result.edges} edges): "
           f"{cats.size} categories, {verdict}\n"
           f"inference {result.seconds:.3f} s on {plural(result.workers, 'worker')} ({result.mode} mode): "
-          f"{result.edges_per_second:.3e} edges/s")
+          f"{result.edges_per_second:.3e} edges/s"
+          + (f"\n{loss_lines(result.recoveries)}" if result.recoveries else ""))
     if mismatched:
         # a check that fails fails the command, as bench-graphchallenge does
         print(f"dasknn: {mismatch_line(mismatched, result.images, args.dtype)}", file=sys.stderr, flush=True)

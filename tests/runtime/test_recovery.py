@@ -68,6 +68,63 @@ def test_a_worker_killed_halfway_loses_nothing(deep_store, mode):
 
 
 @pytest.mark.cluster
+@pytest.mark.subprocess
+def test_a_worker_never_replaced_costs_time_and_the_run_goes_on_with_the_workers_left(deep_store, monkeypatch):
+    # a real scheduler and three nanny workers; the third worker's nanny dies with it, so nothing replaces it: after
+    # the wait the run goes on with the two left, re-partitioned, and gives the exact categories
+    import sys as _sys
+
+    from distributed import Client
+
+    from dasknn.cli.common import loss_lines
+    from dasknn.testing import process_cluster
+
+    monkeypatch.setattr(_sys.modules["dasknn.engine.infer"], "AWAIT_WORKERS_SECONDS", 2.0)
+    truth = store.open_inputs(deep_store).truth(np.float64)
+    with process_cluster(workers=3, memory_limit="1GB") as cluster, Client(cluster.address) as client:
+        box: dict = {}
+
+        def run() -> None:
+            try:
+                box["result"] = engine.infer(deep_store, client=client, mode="model", chunks=6, exchange="p2p")
+            except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+                box["error"] = e
+
+        t = threading.Thread(target=run)
+        t.start()
+        deadline = time.monotonic() + 120
+        # (a scheduler in its own process: asked through the client, not with a function it would have to import)
+        while time.monotonic() < deadline and not any(client.processing().values()):
+            time.sleep(0.02)
+        assert t.is_alive(), "the run ended before the kill"
+        os.killpg(cluster.processes[3].pid, signal.SIGKILL)  # the third worker's group: its nanny and its worker
+        t.join(180)
+        assert not t.is_alive()
+        assert "error" not in box, box.get("error")
+        result = box["result"]
+    np.testing.assert_array_equal(result.categories, truth)
+    assert result.workers == 2 and result.group_size == 2
+    [loss] = result.recoveries
+    assert loss["workers_now"] == 2 and loss["waited_seconds"] >= 2.0
+    assert loss["chunks_kept"] + loss["chunks_rerun"] == 6
+    line = loss_lines(result.recoveries)
+    assert line.startswith(f"lost {loss['lost'][0]} in the {loss['phase']} phase: waited ")
+    assert "went on with 2 workers" in line and "\n" not in line
+
+
+def test_each_loss_is_one_line_saying_who_where_the_wait_and_the_workers_after():
+    from dasknn.cli.common import loss_lines
+
+    assert loss_lines([]) == ""
+    two = [{"lost": ["tcp://a:1"], "phase": "load", "chunks_kept": 1, "chunks_rerun": 3, "waited_seconds": 0.51,
+            "workers_now": 2},
+           {"lost": ["tcp://b:1", "tcp://c:1"], "phase": "steps", "waited_seconds": 30.0, "workers_now": 1}]
+    assert loss_lines(two).split("\n") == [
+        "lost tcp://a:1 in the load phase: waited 0.5 s, went on with 2 workers (chunks kept 1, chunks rerun 3)",
+        "lost tcp://b:1, tcp://c:1 in the steps phase: waited 30.0 s, went on with 1 worker"]
+
+
+@pytest.mark.cluster
 def test_too_little_memory_is_refused_with_what_to_change(tmp_path):
     from dasknn.cluster import local_client
 
