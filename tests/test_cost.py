@@ -329,8 +329,6 @@ def test_the_exchange_is_chosen_by_its_predicted_overhead():
         seconds = exchange_overheads(counts, chunks=2, workers=parts, sync_every=2)
         assert seconds["tasks"] > seconds["p2p"] > 0
         assert choose_exchange(counts, 2, parts, 2).transport == "p2p"
-        # device arrays keep the task exchange whatever the figures say
-        assert choose_exchange(counts, 2, parts, 2, backend="gpu").transport == "tasks"
     # one layer between two parts: two tasks a chunk against p2p's five (first sends, segments, categories)
     one = np.array([[[0, 5], [5, 0]]])
     assert choose_exchange(one, 4, 2, 2).transport == "tasks"

@@ -232,7 +232,7 @@ def _transport(job: Job, layout: _Layout, workers: int) -> str:
     if job.exchange != "auto":
         return job.exchange
     chunks = len(job.bounds) - len(job.done)
-    return choose_exchange(layout.outline.counts, chunks, workers, job.sync_every, job.backend).transport
+    return choose_exchange(layout.outline.counts, chunks, workers, job.sync_every).transport
 
 
 def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int], out: Pass

@@ -258,7 +258,7 @@ def _probe(recovery: Recovery, store, path: str, sample, count: int, weight_byte
         _, threads, memory = _cluster(client, workers)
         return predict_modes(client, workers, threads, store, path, sample, count, o.dtype, memory, weight_bytes,
                              o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size, o.exchange,
-                             o.backend, pipeline, o.group_size if pipeline else None)
+                             pipeline, o.group_size if pipeline else None)
 
     recovery.enter("probe")
     return recovery.run(measure)

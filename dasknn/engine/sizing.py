@@ -207,7 +207,7 @@ def _probe_task(path: str, in_path: str, images: int, dtype: str) -> dict:
 def predict_modes(client, workers: list[str], threads: int, store, path: str, in_path: str, images: int, dtype: str,
                   memory: float, weight_bytes: int, partition, chunks: int | None, sync_every: int,
                   resident: bool | None, everything: bool, group_size: int | None, exchange: str = "auto",
-                  backend: str = "cpu", pipeline: bool = False, stages: int | None = None):
+                  pipeline: bool = False, stages: int | None = None):
     """The cost model's predictions for data mode, every model/hybrid grouping the workers allow, and pipeline mode
     (``stages`` workers a pipeline: by default one pipeline over all of them) where it is the mode asked for
     (``pipeline``) or data mode cannot hold the weights: ``auto`` weighs it only against model and hybrid modes,
@@ -220,7 +220,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     (:func:`~dasknn.partition.cluster.sample_volumes`), and the one-time setup (the partition, the plan) is added
     to the mode's predicted time. Where that setup and data mode's own multiply-adds (which model mode does too)
     already cost more than data mode, nothing is estimated. Model and hybrid modes are predicted with the transport
-    ``exchange`` names, or for ``"auto"`` with the cheaper of the two (the task exchange only on a GPU backend, as
+    ``exchange`` names, or for ``"auto"`` with the cheaper of the two (as
     :func:`~dasknn.runtime.exchange.choice.choose_exchange` decides).
     """
     from ..cost import Calibration, predict
@@ -236,7 +236,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
         n_chunks = chunks or default_chunks(images, threads, len(workers), g, res)
 
         def model(volumes=None, setup: float = 0.0, source: str = ""):
-            transports = [exchange] if exchange != "auto" else ["tasks"] if backend != "cpu" else ["tasks", "p2p"]
+            transports = [exchange] if exchange != "auto" else ["tasks", "p2p"]
             return min((predict(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
                                 workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
                                 volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE,
