@@ -14,6 +14,7 @@ import numpy as np
 from ..cost import Calibration, Prediction
 from ..errors import DasknnError
 from ..modes import AUTO, DATA, HYBRID, PIPELINE
+from ..runtime.dashboard import publish_traffic
 from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
 from ..store import location, open_results, open_store, read_results
 from .execute import Job, LayerBytes, Pass, execute
@@ -164,7 +165,11 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
                      _cluster(client, ws)[2], width)
 
     runs = _run_recovering(client, job, recovery, mode, group_size, todo, check_fits)
-    return _result(job, runs, mode, group_size, count, todo, job.done, predictions, calibration)
+    result = _result(job, runs, mode, group_size, count, todo, job.done, predictions, calibration)
+    if result.exchange_bytes:
+        # the boundary traffic, on the dashboard's /dasknn/traffic page
+        publish_traffic(client, result)
+    return result
 
 
 def _stage_work(store, calibration) -> np.ndarray:
