@@ -27,7 +27,8 @@ from dasknn.cluster import local_client
 
 ROOT = Path(__file__).resolve().parents[2]
 # the few task prefixes an inference may show in the dashboard, and what they are
-READABLE = {"warm", "plan", "weights", "images", "spmm", "send", "categories", "state"}
+# (partition_task: the block partition, run by whichever test first needs it and kept in the store after)
+READABLE = {"warm", "plan", "weights", "images", "spmm", "send", "categories", "state", "partition_task"}
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1400,800"]
 
