@@ -35,23 +35,34 @@ def new_partial(path: str | os.PathLike[str], suffix: str = "") -> Path:
     return path.with_name(f".{path.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}")
 
 
+#: Seconds a removed partial must stay gone before :func:`remove_partial` trusts that nothing still writes into it
+#: (a thread descheduled on a loaded machine can land its write well after 50 ms).
+QUIET_SECONDS = 0.25
+
+
 def remove_partial(partial: str | os.PathLike[str], patience: float = 5.0) -> None:
     """Remove a partial this process was writing, once whatever is still writing into it has stopped.
 
     An interrupted write can leave I/O in flight on another thread (Zarr's writes run on its own event loop, and
     Ctrl-C or SIGTERM interrupts only the main thread's wait for them): files can appear after a first removal.
-    So remove, and again, until the partial stays gone (for at most ``patience`` seconds).
+    So remove, and again, until the partial has stayed gone for :data:`QUIET_SECONDS` (for at most ``patience``
+    seconds); a partial that is not there (a write that succeeded) returns at once.
     """
     partial = Path(partial)
     deadline = time.monotonic() + patience
-    while partial.exists() or partial.is_symlink():
-        if partial.is_dir() and not partial.is_symlink():
-            shutil.rmtree(partial, ignore_errors=True)
-        else:
-            partial.unlink(missing_ok=True)
-        time.sleep(0.05)  # what was in flight lands now, or never
+    removed_at = None  # when the partial was last found and removed
+    while True:
+        if partial.exists() or partial.is_symlink():
+            if partial.is_dir() and not partial.is_symlink():
+                shutil.rmtree(partial, ignore_errors=True)
+            else:
+                partial.unlink(missing_ok=True)
+            removed_at = time.monotonic()
+        elif removed_at is None or time.monotonic() - removed_at >= QUIET_SECONDS:
+            return
         if time.monotonic() > deadline:
             return
+        time.sleep(0.05)  # what was in flight lands now, or never
 
 
 def remove_stale_partials(path: str | os.PathLike[str]) -> list[Path]:
