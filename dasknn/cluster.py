@@ -209,6 +209,10 @@ def _awaiting(code) -> bool:
     return False
 
 
+#: ``distributed.deploy.lost-worker-timeout`` while a local cluster runs (see :func:`_run_then_close`).
+LOST_WORKER_TIMEOUT = "24h"
+
+
 def _run_then_close(cluster, security) -> Iterator:
     """Yield a client of ``cluster``; then close in order: the client, the workers, the scheduler (a generator to
     delegate to).
@@ -217,11 +221,17 @@ def _run_then_close(cluster, security) -> Iterator:
     :func:`_stop_heartbeat`), so closing them interrupts no message to the scheduler. Nothing is silenced: an
     error logged while closing is still printed.
     """
+    import dask
     from distributed import Client
 
     # exits in reverse: the client, then the cluster (SpecCluster.close: its workers, then its scheduler)
     with cluster, Client(cluster, security=security) as client:
-        yield client
+        # SpecCluster closes a worker's nanny for good lost-worker-timeout (15 s) after the worker left the
+        # scheduler, if no worker of its name is registered at that moment; a client.restart() under way then
+        # (its workers out, not yet back) lost the nannies and the restart never returned (dask/distributed#7312).
+        # A local cluster's nannies restart their workers themselves: they are closed with the cluster instead.
+        with dask.config.set({"distributed.deploy.lost-worker-timeout": LOST_WORKER_TIMEOUT}):
+            yield client
         try:
             client.run(_stop_heartbeat, on_error="ignore")
         except Exception:  # a worker gone already: it has no heartbeat left to stop

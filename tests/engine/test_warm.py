@@ -90,7 +90,9 @@ def cold_client(numba_cache):
     (distributed's ``SpecCluster`` closes a nanny ``distributed.deploy.lost-worker-timeout``, 15 s, after its
     worker left the scheduler if no worker of that name is registered at that moment, and a later restart in
     progress is such a moment: dask/distributed#7312, "Restart can kill a worker"). Reproduced outside pytest: the
-    4th restart, 15 s after the 1st, failed with the default timeout; 30 of 30 passed with it at an hour."""
+    4th restart, 15 s after the 1st, failed with the default timeout; 30 of 30 passed with it at an hour.
+    ``local_client`` now sets that timeout long (``tests/runtime/test_cluster_close.py``); a new cluster per test
+    also keeps each test's workers cold, which is what these tests are about."""
     from dasknn.cluster import local_client
 
     with pytest.MonkeyPatch.context() as mp:

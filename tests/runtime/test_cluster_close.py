@@ -63,3 +63,25 @@ def test_close_with_heartbeats_in_flight_prints_no_traceback_and_hides_no_error(
     assert "Traceback" not in proc.stderr and "CommClosedError" not in proc.stderr, proc.stderr
     assert "heartbeat" not in proc.stderr, proc.stderr
     assert proc.stderr.count("teardown-marker") == 2, proc.stderr  # each worker's error at close, printed
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_local_cluster_survives_restarts_past_the_lost_worker_timeout():
+    # distributed's SpecCluster closes a nanny lost-worker-timeout after its worker left, if no worker of that name
+    # is registered at that moment: with restarts back to back (a worker out most of the time) and the default
+    # 15 s, a restart past the 15 s mark lost its nanny and never returned (dask/distributed#7312)
+    import time
+
+    import dask
+
+    from dasknn.cluster import LOST_WORKER_TIMEOUT, local_client
+
+    with local_client(workers=1, threads_per_worker=1) as client:
+        assert dask.config.get("distributed.deploy.lost-worker-timeout") == LOST_WORKER_TIMEOUT
+        start, restarts = time.monotonic(), 0
+        while time.monotonic() - start < 20:
+            client.restart(timeout=30)
+            restarts += 1
+            assert len(client.nthreads()) == 1
+    assert restarts >= 3
