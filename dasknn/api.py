@@ -155,6 +155,7 @@ def _scattered_source(images: Any, client: Any) -> InputSource:
     # an in-memory batch: scattered to the workers once, each chunk's task slices its rows there
     from .engine.inputs import InputSource, ScatteredRows
     from .kernels import rows_on_host
+    from .runtime.scatter import scatter_to_all
 
     images = rows_on_host(images)  # a CuPy array or cupyx sparse matrix: host memory is what scatters
     if sp.issparse(images):
@@ -163,7 +164,7 @@ def _scattered_source(images: Any, client: Any) -> InputSource:
         images = np.asarray(images)
     if images.ndim != 2 or images.shape[0] == 0:
         raise DasknnError(f"images must be a non-empty 2-D batch (images x neurons), not of shape {images.shape}")
-    [data] = client.scatter([images], broadcast=True, hash=False)
+    data = scatter_to_all(client, images, sorted(client.nthreads()))
     return InputSource(ScatteredRows(), int(images.shape[0]), int(images.shape[1]), data=data,
                        label=f"{type(images).__name__} {images.shape[0]} x {images.shape[1]}")
 

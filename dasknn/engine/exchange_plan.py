@@ -11,6 +11,7 @@ from ..errors import DasknnError
 from ..plan import Outline, PartLayer, local_block, part_plan_layer, send_counts
 from ..runtime.graph import PinnedGraph
 from ..runtime.recovery import watch
+from ..runtime.scatter import scatter_to_all
 from ..store import open_store
 from .worker_run import inference_run
 
@@ -57,7 +58,7 @@ def plan_on_workers(client, path: str, owners: np.ndarray, groups: list[list[str
     """
     workers = [w for members in groups for w in members]
     # keyed so that the dashboard's prefix is the plan's, like its tasks'
-    sent = client.scatter({f"plan-{run}": owners}, workers=workers, broadcast=True)[f"plan-{run}"]
+    sent = scatter_to_all(client, owners, workers, key=f"plan-{run}")
     graph = PinnedGraph(run)
     held = {w: (run, gi, q) for gi, members in enumerate(groups) for q, w in enumerate(members)}
     keys = [graph.add(w, f"plan-g{gi}-p{q}", (plan_part, path, sent, len(groups[0]), held[w]))

@@ -26,6 +26,7 @@ from ..runtime.exchange import Exchange, exchange_for
 from ..runtime.exchange.choice import choose_exchange
 from ..runtime.graph import PinnedGraph, pairwise_sum, ref, refs_of, tree_sum
 from ..runtime.recovery import watch
+from ..runtime.scatter import scatter_to_all
 from ..runtime.worker_runs import close_run, run_figures
 from .model import Model, active, apply_update, flatten, forward_layer, softmax_xent, unflatten
 from .parts import PartArrays, column_positions, join_model, make_part, split_model
@@ -273,7 +274,7 @@ class ModelRunner:
         self.run_id, self.graphs = uuid.uuid4().hex[:8], 0
         arrays, self.positions = split_model(model, owners)
         everywhere = sorted(set(self.workers))
-        [shared] = client.scatter([(owners, model.patterns)], broadcast=True, workers=everywhere, hash=False)
+        shared = scatter_to_all(client, (owners, model.patterns), everywhere)
         graph = PinnedGraph(self.run_id)
         keys = [graph.add(w, f"setup-g{a}-p{q}", (setup_part, self.run_id, a, shared, arrays[q], model.bias,
                                                   model.ymax, model.optimizer))

@@ -48,7 +48,7 @@ def _run_killing(cluster, kill: Kill, command: list[str]) -> tuple[subprocess.Co
     client.wait_for_workers(2, timeout=60)
     client.register_plugin(chaos.KillOnTask(kill))
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=chaos.environment())
+        done = chaos.run_or_explain(command, client)
         fired = client.run_on_scheduler(chaos.fired)
     finally:
         client.run_on_scheduler(chaos.forget)
@@ -137,8 +137,7 @@ def _train(cluster, network, mode: str, checkpoint, kill: Kill | None = None, ex
     # the training script's losses and restarts, with ``kill`` done on the way
     command = [sys.executable, "-c", TRAIN, cluster[0].address, str(network), mode, str(checkpoint), exchange]
     if kill is None:
-        done, fired = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                                     env=chaos.environment()), None
+        done, fired = chaos.run_or_explain(command, cluster[1]), None
     else:
         done, fired = _run_killing(cluster, kill, command)
         assert fired is not None, f"no task {kill.prefix}* reached {kill.state}: the kill never happened"

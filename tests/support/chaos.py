@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -102,8 +103,6 @@ def _kill(pid: int) -> None:
 
 
 def _cut(ns: str) -> None:
-    import subprocess
-
     subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "down"], check=False)
 
 
@@ -131,6 +130,27 @@ def real_cluster(workers: int = 2, memory_limit: str = "2GB") -> Iterator[Cluste
     """:func:`dasknn.testing.process_cluster` whose processes import this module (the scheduler loads the plugin)."""
     with process_cluster(workers, memory_limit, env=environment()) as cluster:
         yield cluster
+
+
+def run_or_explain(command: list[str], client, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``command`` (a run against the cluster of ``client``) with the support folder importable; where it is
+    still running after ``timeout`` seconds, fail the test with what was stuck: every thread's stack in the command
+    (its faulthandler, on SIGABRT) and the cluster's tasks in flight and their workers' stacks."""
+    import pytest  # (not at the top: the scheduler imports this module for its plugin)
+
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=environment(PYTHONFAULTHANDLER="1"))
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        out, err = process.communicate()
+        try:
+            cluster = f"processing: {client.processing()}\nworkers' stacks: {client.call_stack()}"
+        except Exception as e:  # the cluster is unreachable too
+            cluster = f"the cluster did not answer: {e!r}"
+        pytest.fail(f"{command[:3]} still ran after {timeout:.0f} s\n{cluster}\nits stderr:\n{err[-20000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 #: What a traceback looks like in a process's stderr.
