@@ -167,15 +167,33 @@ _RELAY = """
 import asyncio
 
 async def pipe(reader, writer):
+    # a delay line: each piece is written {delay} s after it was read, and reading goes on meanwhile, so the relay
+    # adds latency without capping the throughput (a piece held before the next read would cap it at a piece per
+    # delay)
+    loop = asyncio.get_running_loop()
+    line = asyncio.Queue()
+
+    async def release():
+        try:
+            while (item := await line.get()) is not None:
+                due, data = item
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    out = asyncio.ensure_future(release())
     try:
         while data := await reader.read(1 << 16):
-            await asyncio.sleep({delay})
-            writer.write(data)
-            await writer.drain()
+            line.put_nowait((loop.time() + {delay}, data))
     except (ConnectionError, OSError):
         pass
     finally:
-        writer.close()
+        line.put_nowait(None)
+        await out
 
 async def serve(reader, writer):
     try:
