@@ -25,7 +25,7 @@ from .data_mode import data_chunk
 from .exchange_plan import plan_on_workers
 from .inputs import InputSource, load_images
 from .model_mode import model_chunk
-from .pipeline_mode import Stage, pipeline_chunk, stage_cuts, stage_weights
+from .pipeline_mode import Stage, keep_stage_places, pipeline_chunk, stage_cuts, stage_weights
 from .owners import partition_owners
 from .sizing import compaction_layer, sync_layers
 from .warm import add_warm_tasks, longest
@@ -80,6 +80,9 @@ class Job:
     #: pipeline mode: each layer's work (its entries x the share of images alive when it runs), by which each
     #: pass cuts the layers into as many stages as its groups have workers; None in the other modes
     stage_work: np.ndarray | None = None
+    #: pipeline mode, resident: each worker's stage and the future of its layers, kept from one pass to the next,
+    #: so that a pass after a lost worker loads only the stages whose workers are new
+    held_stages: dict[str, tuple[Stage, object]] = field(default_factory=dict)
 
 
 @dataclass
@@ -122,6 +125,9 @@ class Pass:
     exchange: str = ""
     kept: dict[int, object] = field(default_factory=dict)  # chunk -> future of its final activations (dense rows)
     stages: list[Stage] = field(default_factory=list)  # pipeline mode: each stage's layers
+    #: pipeline mode, resident: the stages this pass loaded, and those it found still held from the pass before
+    stages_loaded: int = 0
+    stages_kept: int = 0
 
 
 @dataclass
@@ -177,6 +183,8 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: 
     if job.stage_work is not None:
         # pipeline mode: the layers cut again for the workers of this pass (fewer after a loss)
         layout.stages = out.stages = stage_cuts(job.stage_work, g)
+        held = {w: stage for w, (stage, _) in job.held_stages.items()}
+        layout.groups = keep_stage_places(layout.groups, layout.stages, held)
     try:
         if g > 1 and not layout.stages:
             _partition(client, job, workers, layout, out, enter)
@@ -244,13 +252,18 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
     load = PinnedGraph(layout.run)
     warm_keys = add_warm_tasks(load, workers, (layout.warm_spec(job),))
     weight_keys: dict[str, str] = {}
+    kept: dict[str, object] = {}  # pipeline mode: the stages' layers a worker still holds from the pass before
     image_keys: dict[tuple[int, int], str] = {}
     for gi, members in enumerate(layout.groups):
         for q, w in enumerate(members):
             if layout.stages and job.resident:
-                # pipeline mode: only the worker's stage's layers
-                weight_keys[w] = load.add(w, f"stage-weights-w{workers.index(w)}", (
-                    stage_weights, path, layout.stages[q], dtype, backend))
+                # pipeline mode: only the worker's stage's layers, loaded unless it holds them already
+                stage, held = job.held_stages.get(w, (None, None))
+                if stage == layout.stages[q]:
+                    kept[w] = held
+                else:
+                    weight_keys[w] = load.add(w, f"stage-weights-w{workers.index(w)}", (
+                        stage_weights, path, layout.stages[q], dtype, backend))
             elif outline is None and job.resident:
                 weight_keys[w] = load.add(w, f"weights-w{workers.index(w)}", (load_all_layers, path, dtype, backend))
             elif layout.plans:
@@ -276,6 +289,11 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
     for f in warmed:
         f.release()
     layout.part_of.update({w: loaded[key] for w, key in weight_keys.items()})
+    layout.part_of.update(kept)
+    if layout.stages and job.resident:
+        out.stages_loaded, out.stages_kept = len(weight_keys), len(kept)
+        # (the layers of a lost worker, or of a stage cut differently now, are let go)
+        job.held_stages = {w: (layout.stage_of(w), layout.part_of[w]) for w in workers}
     return loaded, image_keys
 
 
@@ -349,8 +367,10 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
         out.seconds = time.perf_counter() - t0
         raise
     finally:
+        held = {f.key for _, f in job.held_stages.values()}  # (pipeline mode: kept for a pass after a loss)
         for f in list(loaded.values()) + futures:
-            f.release()  # the blocks leave the workers' memory (the streamed layers as the pass ends)
+            if f.key not in held:
+                f.release()  # the blocks leave the workers' memory (the streamed layers as the pass ends)
     out.seconds = time.perf_counter() - t0
     out.bytes_sent = _grown(sent_before, client.run(bytes_sent))
     for figures in client.run(run_figures, layout.run).values():

@@ -307,16 +307,26 @@ def _run_recovering(client, job: Job, recovery: Recovery, mode: str, group_size:
         if recovery.losses:
             check_fits(g, workers)
         runs.passes.append(Pass())
+        after = recovery.losses[-1] if recovery.losses else None  # the loss this pass redoes the work of, if any
         try:
             execute(client, job, workers, g, remaining, runs.passes[-1], recovery)
         finally:
-            runs.finished.update(runs.passes[-1].chunks)
+            done = runs.passes[-1]
+            runs.finished.update(done.chunks)
+            if after is not None and done.stages_loaded + done.stages_kept:
+                # pipeline mode: the survivors kept their stages' layers, the new workers loaded theirs
+                after.details.update(stages_kept=done.stages_kept, stages_reloaded=done.stages_loaded)
 
     def on_loss(lost) -> dict:
         remaining = [c for c in todo if c not in runs.finished]
         return {"chunks_kept": len(runs.finished), "chunks_rerun": len(remaining)}
 
-    recovery.run(attempt, on_loss)
+    try:
+        recovery.run(attempt, on_loss)
+    finally:
+        for _, layers in job.held_stages.values():
+            layers.release()  # the stages' layers leave the workers with the run
+        job.held_stages.clear()
     runs.workers = recovery.workers
     runs.recoveries = [loss.as_dict() for loss in recovery.losses]
     return runs

@@ -40,6 +40,26 @@ def _handoff_bytes(handoff: Handoff) -> int:
     return int(sizeof(handoff.yt) + sizeof(handoff.ids))
 
 
+def keep_stage_places(groups: list[list[str]], stages: list[Stage], held: dict[str, Stage]) -> list[list[str]]:
+    """``groups`` (each a pipeline: its ``s``-th worker holds ``stages[s]``) with their workers placed again so that
+    a worker that holds one of ``stages`` already (``held``: worker -> stage, from the pass before a loss) holds it
+    again, in the first group with that place free; the other workers fill the places left, in their order."""
+    g = len(stages)
+    workers = [w for members in groups for w in members]
+    places: list[str | None] = [None] * len(workers)
+    rest = []
+    for w in workers:
+        s = stages.index(held[w]) if held.get(w) in stages else None
+        free = next((i for i in range(s, len(places), g) if places[i] is None), None) if s is not None else None
+        if free is None:
+            rest.append(w)
+        else:
+            places[free] = w
+    others = iter(rest)
+    filled = [w if w is not None else next(others) for w in places]
+    return [filled[i:i + g] for i in range(0, len(filled), g)]
+
+
 def stage_weights(path: str, stage: Stage, dtype: str, backend: str) -> list[Block | None]:
     """A stage's layers, read by its worker from the store, in a list indexed like data mode's (layer ``k`` at
     ``k - 1``): the layers before the stage are None, so :func:`~dasknn.engine.tasks.run_segment` runs it as is."""

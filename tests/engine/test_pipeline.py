@@ -55,6 +55,20 @@ def test_stage_cuts_are_consecutive_cover_every_layer_and_balance_the_slowest(wo
     assert slowest == pytest.approx(_best_slowest(work, k))
 
 
+def test_after_a_loss_the_workers_left_keep_their_stages_and_the_new_ones_fill_the_places_left():
+    from dasknn.engine.pipeline_mode import keep_stage_places
+
+    stages = stage_cuts(np.ones(12), 3)
+    # worker "b" held stage 2 and "d" stage 0 before the loss; "a" and "c" are new (sorted order puts them first)
+    assert keep_stage_places([["a", "b", "c"]], stages, {"b": stages[2], "d": stages[0]}) == [["a", "c", "b"]]
+    assert keep_stage_places([["a", "b", "c"]], stages, {"c": stages[0]}) == [["c", "a", "b"]]
+    # two replicas: both holders of stage 0 keep it, one in each pipeline
+    two = keep_stage_places([["a", "b", "c"], ["x", "y", "z"]], stages, {"y": stages[0], "z": stages[0]})
+    assert two == [["y", "a", "b"], ["z", "c", "x"]]
+    # a stage cut differently now (fewer workers) is held by nobody: the order stays
+    assert keep_stage_places([["a", "b"]], stage_cuts(np.ones(12), 2), {"a": stages[1]}) == [["a", "b"]]
+
+
 def test_stage_cuts_refuse_more_stages_than_layers():
     with pytest.raises(ValueError, match="3 stages cannot cut 2 layers"):
         stage_cuts([1, 1], 3)
