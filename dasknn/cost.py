@@ -35,7 +35,7 @@ from .kernels.warm import WarmSpec, warm_kernels
 from .modes import mode_of
 from .plan import local_block, plan_layer, received_rows
 from .runtime.exchange.choice import P2P_MESSAGE_SECONDS
-from .stages import stage_cuts
+from .stages import stage_capacity, stage_cuts
 from .store import LayerStream, open_inputs, open_store
 
 #: Multiply-adds a probe may spend (the probe runs on one worker before the timed run).
@@ -402,7 +402,7 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     depth = layer_nnz.size
     alive = _per_layer(cal.alive, depth)
     nnz = np.asarray(layer_nnz, dtype=float)
-    cuts = stage_cuts(alive * nnz, stages)
+    cuts = stage_cuts(alive * nnz, stages, nnz, stage_capacity(weight_bytes, nnz.sum(), memory, weights_share))
     pipelines = max(1, workers // stages)
     per_thread = max(1.0, threads / workers)
     rate = cal.kernel_rates.get(1, cal.kernel_rate)

@@ -80,6 +80,8 @@ class Job:
     #: pipeline mode: each layer's work (its entries x the share of images alive when it runs), by which each
     #: pass cuts the layers into as many stages as its groups have workers; None in the other modes
     stage_work: np.ndarray | None = None
+    #: pipeline mode: the most entries a stage may hold to fit its worker (:func:`~dasknn.stages.stage_capacity`)
+    stage_cap: float | None = None
     #: pipeline mode, resident: each worker's stage and the future of its layers, kept from one pass to the next,
     #: so that a pass after a lost worker loads only the stages whose workers are new
     held_stages: dict[str, tuple[Stage, object]] = field(default_factory=dict)
@@ -182,7 +184,8 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: 
     out.group_size, out.layer_bytes = g, LayerBytes.zeros(job.store.depth)
     if job.stage_work is not None:
         # pipeline mode: the layers cut again for the workers of this pass (fewer after a loss)
-        layout.stages = out.stages = stage_cuts(job.stage_work, g)
+        entries = [job.store.layer_nnz(k) for k in range(1, job.store.depth + 1)]
+        layout.stages = out.stages = stage_cuts(job.stage_work, g, entries, job.stage_cap)
         held = {w: stage for w, (stage, _) in job.held_stages.items()}
         layout.groups = keep_stage_places(layout.groups, layout.stages, held)
     try:

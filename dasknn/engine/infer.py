@@ -16,12 +16,12 @@ from ..errors import DasknnError
 from ..modes import AUTO, DATA, HYBRID, PIPELINE
 from ..runtime.dashboard import publish_traffic
 from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
+from ..stages import stage_capacity, stage_cuts
 from ..store import location, open_results, open_store, read_results
 from .execute import Job, LayerBytes, Pass, execute
 from .groups import check_mode
 from .inputs import InputSource, stored_source
 from .options import InferenceOptions, options_with
-from .pipeline_mode import stage_cuts
 from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, part_stream_keep,
                      partition_fits_worker, pipeline_chunks, predict_modes)
 
@@ -153,15 +153,17 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
                           f"network has {store.depth}: give --group-size {store.depth} or fewer (dividing the "
                           f"workers), or use fewer workers")
     stage_work = _stage_work(store, calibration) if mode == PIPELINE else None
+    # pipeline mode: the stages cut so that each fits a worker where a cut can
+    stage_cap = stage_capacity(weight_bytes, store.edges, memory, WEIGHTS_SHARE) if mode == PIPELINE else None
     if resident is None:
-        resident = weight_bytes / _holds(store, stage_work, g, True) <= WEIGHTS_SHARE * memory
-    job = _job(path, store, source, count, o, resident, g, workers, threads, memory, stage_work)
+        resident = weight_bytes / _holds(store, stage_work, g, True, stage_cap) <= WEIGHTS_SHARE * memory
+    job = _job(path, store, source, count, o, resident, g, workers, threads, memory, stage_work, stage_cap)
     todo = [c for c in range(len(job.bounds)) if c not in job.done]
     width = max(b - a for a, b in job.bounds)
 
     def check_fits(g: int, ws: list[str]) -> None:
         # after a loss: the work must still fit the workers there are
-        check_memory(store, o.dtype, resident, job.keep_layers, _holds(store, stage_work, g, resident),
+        check_memory(store, o.dtype, resident, job.keep_layers, _holds(store, stage_work, g, resident, stage_cap),
                      _cluster(client, ws)[2], width)
 
     runs = _run_recovering(client, job, recovery, mode, group_size, todo, check_fits)
@@ -181,7 +183,7 @@ def _stage_work(store, calibration) -> np.ndarray:
     return nnz if calibration is None else nnz * alive_per_layer(calibration, store.depth)
 
 
-def _holds(store, stage_work: np.ndarray | None, g: int, resident: bool) -> float:
+def _holds(store, stage_work: np.ndarray | None, g: int, resident: bool, stage_cap: float | None = None) -> float:
     # what a worker's weights are divided by (the memory checks' group size): g in data, model and hybrid modes; in
     # pipeline mode the network's entries over its largest stage's, resident (the stages are cut by work, not
     # entries: a stage of layers whose images mostly died holds more of them), and 1 streaming (whole layers)
@@ -190,16 +192,17 @@ def _holds(store, stage_work: np.ndarray | None, g: int, resident: bool) -> floa
     if not resident:
         return 1
     nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=float)
-    largest = max(nnz[s.first - 1:s.last].sum() for s in stage_cuts(stage_work, g))
+    largest = max(nnz[s.first - 1:s.last].sum() for s in stage_cuts(stage_work, g, nnz, stage_cap))
     return float(nnz.sum() / max(1.0, largest))
 
 
 def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions, resident: bool, g: int,
-         workers: list[str], threads: int, memory: float, stage_work: np.ndarray | None = None) -> Job:
+         workers: list[str], threads: int, memory: float, stage_work: np.ndarray | None = None,
+         stage_cap: float | None = None) -> Job:
     # the chunks (and the results store's: a resumed run keeps its chunks), the layers a stream keeps, checked to
     # fit the workers' memory
     fit = partial(fits, store, o.dtype, resident)
-    holds = _holds(store, stage_work, g, resident)
+    holds = _holds(store, stage_work, g, resident, stage_cap)
     chunks = o.chunks or default_chunks(count, threads, len(workers), g, resident,
                                         lambda width: fit(o.keep_layers, holds, memory, width))
     if stage_work is not None and not o.chunks:
@@ -224,7 +227,7 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
                progress=o.progress, plan_store=None if o.plan_store is None else str(Path(o.plan_store).resolve()),
                activations_name=f"activations-{uuid.uuid4().hex[:8]}" if o.keep_activations else None,
                partition_on_cluster=partition_fits_worker(store.neurons, memory), overlap=o.overlap,
-               exchange=o.exchange, done=done, stage_work=stage_work)
+               exchange=o.exchange, done=done, stage_work=stage_work, stage_cap=stage_cap)
 
 
 def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:

@@ -55,6 +55,43 @@ def test_stage_cuts_are_consecutive_cover_every_layer_and_balance_the_slowest(wo
     assert slowest == pytest.approx(_best_slowest(work, k))
 
 
+def _best_fitting(work, sizes, k, cap):
+    # the smallest slowest stage among the cuts into k stages whose every stage's size is at most cap (brute
+    # force), or None where no cut fits
+    best = None
+    for cuts in itertools.combinations(range(1, len(work)), k - 1):
+        edges = (0, *cuts, len(work))
+        if max(sum(sizes[a:b]) for a, b in zip(edges, edges[1:])) <= cap:
+            slowest = max(sum(work[a:b]) for a, b in zip(edges, edges[1:]))
+            best = slowest if best is None else min(best, slowest)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_stages_cut_to_fit_their_workers_balance_the_slowest_among_the_cuts_that_fit(seed):
+    rng = np.random.default_rng(seed)
+    depth, k = int(rng.integers(3, 9)), int(rng.integers(2, 4))
+    work, sizes = rng.integers(1, 20, depth).tolist(), rng.integers(1, 20, depth).tolist()
+    cap = float(rng.integers(max(sizes), sum(sizes) + 1))
+    cuts = stage_cuts(work, k, sizes, cap)
+    _check_stages([s.as_list() for s in cuts], depth, k)
+    best = _best_fitting(work, sizes, k, cap)
+    if best is None:  # nothing fits: the cut by work alone (its stages stream)
+        assert cuts == stage_cuts(work, k)
+    else:
+        assert all(sum(sizes[s.first - 1:s.last]) <= cap for s in cuts)
+        assert max(sum(work[s.first - 1:s.last]) for s in cuts) == pytest.approx(best)
+
+
+def test_a_stage_cut_by_work_alone_that_would_not_fit_is_cut_to_fit():
+    # the first layer is most of the work (its images are all alive), the last three most of the entries: by work
+    # alone stage 2 holds 15 entries, more than a worker's 10; cut to fit, each stage holds at most 10
+    work, sizes = [10, 1, 1, 1], [1, 5, 5, 5]
+    assert stage_cuts(work, 2) == [Stage(1, 1), Stage(2, 4)]
+    assert stage_cuts(work, 2, sizes, 10) == [Stage(1, 2), Stage(3, 4)]
+    assert stage_cuts(work, 2, sizes, 4) == [Stage(1, 1), Stage(2, 4)]  # a layer alone over the cap: by work
+
+
 def test_after_a_loss_the_workers_left_keep_their_stages_and_the_new_ones_fill_the_places_left():
     from dasknn.engine.pipeline_mode import keep_stage_places
 
