@@ -278,16 +278,14 @@ def _squeeze(buf, rows, t, live, ids):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts, twin_starts,
-               bias, ymax, rows, tile, out, out_ids):  # pragma: no cover - compiled
+               bias, ymax, src, dst, out, out_ids):  # pragma: no cover - compiled
     # every tile of yt's images through the group's layers (layer l: indptrs[ptr_starts[l]:ptr_starts[l + 1]],
     # its entries from entry_starts[l], its twins orders[ptr_starts[l] - l:] and
     # group_starts[twin_starts[l]:twin_starts[l + 1]]), its dead images squeezed out after each layer; the
-    # survivors go to out / out_ids in tile order; rows: the most any layer's input or output has. Returns how
-    # many survived.
+    # survivors go to out / out_ids in tile order; src and dst: the two tile buffers (rows x tile, rows the most
+    # any layer's input or output has). Returns how many survived.
     layers = ptr_starts.size - 1
-    tile = min(tile, yt.shape[1])  # no buffer wider than the batch
-    src = np.empty((rows, tile), dtype=yt.dtype)
-    dst = np.empty((rows, tile), dtype=yt.dtype)
+    rows, tile = src.shape
     live = np.empty(tile, dtype=np.bool_)
     tile_ids = np.empty(tile, dtype=ids.dtype)
     everything = np.arange(rows)  # a layer's columns: its first indptr.size - 1
@@ -494,15 +492,25 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
     ids = np.asarray(ids)
     if yt.shape[1] == 0:
         return yt, ids
+    # the memory is reused from group to group (a group is a single layer at 65,536 neurons): fresh arrays of this
+    # size are fresh mappings, their pages zeroed on first touch, which cost as much system time as the kernel's
+    # own (measured on 65,536-wide layers under a Dask nanny's malloc settings)
+    ours = spare = None  # the flat buffer yt is in (once it is an output here), and the one free for reuse
     for group in _groups(iter(layers)):
         indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts, twin_starts = \
             _concatenated(group, dtype, yt.shape[1])
         rows = max(yt.shape[0], int(np.diff(ptr_starts).max()) - 1)
-        out = np.empty((group[-1][0].size - 1, yt.shape[1]), dtype=dtype)
+        tile = min(tile_for(rows, dtype.itemsize), yt.shape[1])  # no tile wider than the batch
+        tiles = _scratch(2 * rows * tile, dtype)  # this thread's own: nothing else runs on it meanwhile
+        shape = (group[-1][0].size - 1, yt.shape[1])
+        size = shape[0] * shape[1]
+        buffer = spare if spare is not None and spare.size >= size else np.empty(size, dtype=dtype)
+        out = buffer[:size].reshape(shape)
         out_ids = np.empty_like(ids)
+        src, dst = (tiles[i * rows * tile:(i + 1) * rows * tile].reshape(rows, tile) for i in (0, 1))
         survivors = _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts,
-                               twin_starts, dtype.type(bias), dtype.type(ymax), rows,
-                               tile_for(rows, dtype.itemsize), out, out_ids)
+                               twin_starts, dtype.type(bias), dtype.type(ymax), src, dst, out, out_ids)
+        spare, ours = ours, buffer  # the input's buffer is free now (never the caller's own array)
         yt, ids = out[:, :survivors], out_ids[:survivors]
         if survivors == 0:
             break

@@ -228,11 +228,35 @@ def test_layer_loop_across_tiles_and_groups_is_bit_equal_to_one_layer_at_a_time(
             pulled.append(k)
             yield w.indptr, w.indices, w.data
 
+    given = x.copy()
     got, got_ids = kernels.run_layers_numpy(x, stream(), -0.3, 32.0, np.arange(203))
     assert 0 < ids.size < 203
     np.testing.assert_array_equal(got_ids, ids)
     np.testing.assert_array_equal(got, yt)
     assert pulled == list(range(len(layers)))
+    np.testing.assert_array_equal(x, given)  # the loop reuses its own outputs' memory, never the caller's array
+
+
+def test_layer_loop_reuses_its_outputs_memory_from_group_to_group(monkeypatch):
+    # one layer a group (as at 65,536 neurons): a fresh output array per layer would be a fresh mapping whose pages
+    # are zeroed on first touch; the loop keeps to two outputs' memory however many groups it runs
+    monkeypatch.setattr(cpu, "GROUP_LAYERS", 1)
+    rng = np.random.default_rng(5)
+    layers = [_random_block(rng, 64, 64, 0.12, False) for _ in range(9)]
+    for w in layers:
+        w.data = np.abs(w.data) + 0.05
+    x = ((rng.random((64, 300)) < 0.3) * 4.0).astype(np.float64)
+    cpu.run_layers_numpy(x, [(w.indptr, w.indices, w.data) for w in layers[:1]], -0.3, 32.0, np.arange(300))
+    sizes = []
+    empty = np.empty
+
+    def counted(shape, *args, **kwargs):
+        sizes.append(int(np.prod(shape)))
+        return empty(shape, *args, **kwargs)
+
+    monkeypatch.setattr(cpu.np, "empty", counted)
+    cpu.run_layers_numpy(x, [(w.indptr, w.indices, w.data) for w in layers], -0.3, 32.0, np.arange(300))
+    assert 1 <= sum(1 for n in sizes if n >= 64 * 250) <= 2  # outputs (64 rows x the live images): two at most
 
 
 def test_layer_loop_stops_reading_layers_once_every_image_is_dead():
