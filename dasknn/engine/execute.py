@@ -82,6 +82,8 @@ class Job:
     stage_work: np.ndarray | None = None
     #: pipeline mode: the most entries a stage may hold to fit its worker (:func:`~dasknn.stages.stage_capacity`)
     stage_cap: float | None = None
+    #: pipeline mode, streamed: the bytes a stage keeps of what it fetched (:func:`~.sizing.stage_hold_bytes`)
+    hold_bytes: int = 0
     #: pipeline mode, resident: each worker's stage and the future of its layers, kept from one pass to the next,
     #: so that a pass after a lost worker loads only the stages whose workers are new
     held_stages: dict[str, tuple[Stage, object]] = field(default_factory=dict)
@@ -184,7 +186,7 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: 
     out.group_size, out.layer_bytes = g, LayerBytes.zeros(job.store.depth)
     if job.stage_work is not None:
         # pipeline mode: the layers cut again for the workers of this pass (fewer after a loss)
-        entries = [job.store.layer_nnz(k) for k in range(1, job.store.depth + 1)]
+        entries = job.store.layer_entries()
         layout.stages = out.stages = stage_cuts(job.stage_work, g, entries, job.stage_cap)
         held = {w: stage for w, (stage, _) in job.held_stages.items()}
         layout.groups = keep_stage_places(layout.groups, layout.stages, held)
@@ -315,7 +317,8 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
             members = layout.members(i)
             w = members[-1]  # where the last stage, and so the chunk's result, is
             weights_of = {m: layout.part_of[m] if job.resident else
-                          LayerStreamSpec(job.path, job.dtype, job.keep_layers, layout.stage_of(m).last)
+                          LayerStreamSpec(job.path, job.dtype, job.keep_layers, layout.stage_of(m).last,
+                                          job.hold_bytes)
                           for m in members}
             key = pipeline_chunk(graph, c, a, layout.stages, members, weights_of, loaded[image_keys[(c, 0)]],
                                  store.bias, store.ymax, res, (a, b - a) if job.activations_name else None)

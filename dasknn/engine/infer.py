@@ -23,7 +23,7 @@ from .groups import check_mode
 from .inputs import InputSource, stored_source
 from .options import InferenceOptions, options_with
 from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, part_stream_keep,
-                     partition_fits_worker, pipeline_chunks, predict_modes)
+                     partition_fits_worker, pipeline_chunks, predict_modes, stage_hold_bytes)
 
 
 @dataclass
@@ -179,7 +179,7 @@ def _stage_work(store, calibration) -> np.ndarray:
     # entries alone where nothing was probed)
     from ..cost import alive_per_layer
 
-    nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=float)
+    nnz = store.layer_entries().astype(float)
     return nnz if calibration is None else nnz * alive_per_layer(calibration, store.depth)
 
 
@@ -191,7 +191,7 @@ def _holds(store, stage_work: np.ndarray | None, g: int, resident: bool, stage_c
         return g
     if not resident:
         return 1
-    nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=float)
+    nnz = store.layer_entries().astype(float)
     largest = max(nnz[s.first - 1:s.last].sum() for s in stage_cuts(stage_work, g, nnz, stage_cap))
     return float(nnz.sum() / max(1.0, largest))
 
@@ -221,13 +221,16 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
         wider = part_stream_keep(keep_layers, len(bounds), len(workers) // g)
         keep_layers = wider if fit(wider, g, memory, width) else keep_layers
     check_memory(store, o.dtype, resident, keep_layers, holds, memory, width)
+    # a streamed pipeline stage keeps what it fetched where the worker has room: it fetches its layers once
+    streamed_stages = stage_work is not None and not resident
+    hold = stage_hold_bytes(store, o.dtype, keep_layers, memory, width) if streamed_stages else 0
     return Job(path=path, source=source, store=store, dtype=o.dtype, backend=o.backend, resident=resident,
                keep_layers=keep_layers, segment=o.segment, sync_every=o.sync_every, compact=o.messages == "compact",
                results=results, activations=o.activations, bounds=bounds, partition=o.partition,
                progress=o.progress, plan_store=None if o.plan_store is None else str(Path(o.plan_store).resolve()),
                activations_name=f"activations-{uuid.uuid4().hex[:8]}" if o.keep_activations else None,
                partition_on_cluster=partition_fits_worker(store.neurons, memory), overlap=o.overlap,
-               exchange=o.exchange, done=done, stage_work=stage_work, stage_cap=stage_cap)
+               exchange=o.exchange, done=done, stage_work=stage_work, stage_cap=stage_cap, hold_bytes=hold)
 
 
 def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:

@@ -74,7 +74,7 @@ def memory_need(store, dtype: str, resident: bool, keep_layers: int, g: float, w
     # what a worker must hold beside its base: (all of it, the weights, a chunk's activations, the biggest layer);
     # g: what the weights are divided by, the group size (pipeline mode: the network over its largest stage)
     item = np.dtype(dtype).itemsize
-    biggest = max(store.layer_nnz(k) for k in range(1, store.depth + 1)) * (item + 4) + (store.neurons + 1) * 8
+    biggest = int(store.layer_entries().max()) * (item + 4) + (store.neurons + 1) * 8
     # resident weights are briefly held twice while they load (decoded arrays, then the kernel's copies):
     # measured on a 65536 x 8 network, a worker's peak was its weights twice over plus the rest
     weights = (2 * store.edges * (item + 4) if resident else biggest * keep_layers) / g
@@ -86,6 +86,19 @@ def memory_need(store, dtype: str, resident: bool, keep_layers: int, g: float, w
 
 def fits(store, dtype: str, resident: bool, keep_layers: int, g: float, memory: float, width: int) -> bool:
     return WORKER_BASE + memory_need(store, dtype, resident, keep_layers, g, width)[0] <= MEMORY_SHARE * memory
+
+
+#: Share of a worker's spare memory (below Dask's pause threshold, after what its run needs) that a streamed
+#: pipeline stage may keep of its layers' stored bytes.
+HOLD_SHARE = 0.5
+
+
+def stage_hold_bytes(store, dtype: str, keep_layers: int, memory: float, width: int) -> int:
+    """Pipeline mode, a stage streamed: the bytes its stream may keep of what it fetched from the store (encoded,
+    as stored), so that its next chunks decode its layers from memory instead of fetching them again: a share of
+    what the worker has spare beside its stream and a chunk's activations."""
+    spare = MEMORY_SHARE * memory - WORKER_BASE - memory_need(store, dtype, False, keep_layers, 1, width)[0]
+    return max(0, int(HOLD_SHARE * spare))
 
 
 def default_chunks(images: int, threads: int, workers: int, g: int, resident: bool,
@@ -226,7 +239,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     from ..cost import Calibration, predict
 
     cal = Calibration(**_calibrate(client, workers, threads, path, in_path, images, dtype))
-    nnz = np.array([store.layer_nnz(k) for k in range(1, store.depth + 1)], dtype=np.int64)
+    nnz = store.layer_entries()
     itemsize = np.dtype(dtype).itemsize
     middle = max(1, store.depth // 2)
     solo = _kernel_rate(client, workers[:1], path, dtype, middle, None)
@@ -276,7 +289,7 @@ def _pipeline_prediction(cal, store, images: int, threads: int, workers: int, k:
     # pipeline mode's prediction with the chunks it would run (at least two per stage of each pipeline)
     from ..cost import predict_pipeline
 
-    nnz = np.array([store.layer_nnz(j) for j in range(1, store.depth + 1)], dtype=np.int64)
+    nnz = store.layer_entries()
     res = resident if resident is not None else weight_bytes / k <= WEIGHTS_SHARE * memory
     n_chunks = chunks or pipeline_chunks(images, k, workers // k, default_chunks(images, threads, workers, k, res))
     return predict_pipeline(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,

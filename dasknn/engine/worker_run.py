@@ -26,12 +26,14 @@ Block = tuple[np.ndarray, np.ndarray, np.ndarray]  # indptr, indices, data (CSC)
 @dataclass(frozen=True)
 class LayerStreamSpec:
     """Data mode out of core: stream whole layers of the store at ``path`` as ``dtype``, ``keep`` at once; in
-    pipeline mode up to a stage's ``last`` layer only (0: the store's last)."""
+    pipeline mode up to a stage's ``last`` layer only (0: the store's last), keeping up to ``hold_bytes`` of what
+    it fetched in memory as stored, so that the stage's next chunks do not fetch its layers again."""
 
     path: str
     dtype: str
     keep: int
     last: int = 0
+    hold_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,7 @@ class InferenceRun:
         """The run's stream of ``spec``, opened on first use."""
         with self._lock:
             if spec not in self.streams:
-                self.streams[spec] = (LayerStream(spec.path, spec.dtype, spec.keep, spec.last)
+                self.streams[spec] = (LayerStream(spec.path, spec.dtype, spec.keep, spec.last, spec.hold_bytes)
                                       if isinstance(spec, LayerStreamSpec)
                                       else PartStream(spec.plan, spec.part, spec.dtype, spec.keep))
             return self.streams[spec]

@@ -25,7 +25,8 @@ set last, so an interrupted write never opens as valid.
 One module per kind of thing stored: :mod:`.common` (format constants, codecs, locations, array checks, atomic
 replacement), :mod:`.sparse` (a binsparse matrix written and read by blocks), :mod:`.layers` (the network),
 :mod:`.inputs` (images and truth), :mod:`.partitions`, :mod:`.plans` (part plans), :mod:`.results` (a run's
-chunks) and :mod:`.streams` (layers read ahead, out of core). Everything is re-exported here; the chunk sizes
+chunks), :mod:`.streams` (layers read ahead, out of core) and :mod:`.held` (reads kept in memory as stored, so a
+stream read again fetches once). Everything is re-exported here; the chunk sizes
 are read from :mod:`.common` when a store is written, so that is where to change them.
 """
 

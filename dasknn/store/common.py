@@ -9,7 +9,7 @@ import math
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +139,15 @@ def metadata_of(store: Path) -> Iterator[None]:
         raise DasknnError(f"damaged metadata ({type(e).__name__}: {e})", store) from None
 
 
-def open_root(path: Path | str, formats: tuple[str, ...]) -> tuple[zarr.Group, dict[str, Any]]:
-    """Open a complete store of one of ``formats`` for reading: its root group and its ``dasknn`` attributes."""
+def open_root(path: Path | str, formats: tuple[str, ...],
+              opener: Callable[[Path | str], zarr.Group] | None = None) -> tuple[zarr.Group, dict[str, Any]]:
+    """Open a complete store of one of ``formats`` for reading: its root group and its ``dasknn`` attributes;
+    ``opener`` opens the root group where Zarr's own opening will not do (reads kept in memory:
+    :func:`~dasknn.store.held.open_held`)."""
     if not (file_exists(path, "zarr.json") if is_url(path) else Path(path).exists()):
         raise DasknnError("no such store", path)
     try:
-        root = zarr.open_group(path, mode="r", zarr_format=3)
+        root = opener(path) if opener is not None else zarr.open_group(path, mode="r", zarr_format=3)
     except Exception as e:  # zarr raises several types for a folder that is not a group
         raise DasknnError(f"not a Zarr v3 group ({type(e).__name__})", path) from None
     attrs = dict(root.attrs).get("dasknn")

@@ -7,6 +7,7 @@ import datetime as _dt
 import os
 import shutil
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from .common import (
     replace_atomically,
     store_dtype,
 )
+from .held import open_held
 from .inputs import Inputs, write_inputs
 from .sparse import Sparse, write_sparse
 
@@ -164,9 +166,12 @@ class NetworkStore:
     finite values, checksums) and names the layer if something is wrong.
     """
 
-    def __init__(self, path: str | os.PathLike[str], check: str = "auto"):
+    def __init__(self, path: str | os.PathLike[str], check: str = "auto", hold_bytes: int = 0):
         self.path = location(path)
-        self.root, attrs = open_root(self.path, (FORMAT,))
+        held = partial(open_held, limit=hold_bytes) if hold_bytes > 0 else None
+        self.root, attrs = open_root(self.path, (FORMAT,), held)
+        #: with ``hold_bytes``: the reads kept in memory (:class:`~dasknn.store.held.HeldReads`), else None
+        self.held = self.root.store if hold_bytes > 0 else None
         try:
             self.neurons = int(attrs["neurons"])
             self.depth = int(attrs["layers"])
@@ -215,6 +220,10 @@ class NetworkStore:
         """Entries of layer ``k`` (from metadata, no read)."""
         return self._layer_meta(k).nnz
 
+    def layer_entries(self) -> np.ndarray:
+        """Every layer's entries, in order (int64; from metadata, no read)."""
+        return np.array([self.layer_nnz(k) for k in range(1, self.depth + 1)], dtype=np.int64)
+
     def iter_layers(self) -> Iterator[sp.csc_matrix]:
         """Yield the layers one at a time, holding one in memory."""
         for k in range(1, self.depth + 1):
@@ -255,7 +264,7 @@ class NetworkStore:
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file() and plans not in f.parents)
 
 
-def open_store(path: str | os.PathLike[str], check: str = "auto") -> NetworkStore:
+def open_store(path: str | os.PathLike[str], check: str = "auto", hold_bytes: int = 0) -> NetworkStore:
     """Open and validate a dasknn store.
 
     Parameters
@@ -267,13 +276,16 @@ def open_store(path: str | os.PathLike[str], check: str = "auto") -> NetworkStor
         only the metadata of larger ones, whose reads are checked as they happen; ``"full"`` always reads
         everything; ``"metadata"`` never does; ``"lazy"`` reads a layer's metadata only when that layer is first
         read (a worker's task that reads one layer of a store the client has already opened).
+    hold_bytes
+        Keep up to this many bytes of what is fetched in memory, as stored (encoded), and read them from there
+        again (a pipeline stage that streams its layers once per chunk fetches them once).
 
     Raises
     ------
     DasknnError
         Naming the store and the layer at fault.
     """
-    return NetworkStore(path, check=check)
+    return NetworkStore(path, check=check, hold_bytes=hold_bytes)
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:

@@ -81,16 +81,27 @@ class ReadAhead:
 
 class LayerStream(ReadAhead):
     """A store's layers, whole, as CSC raw arrays ``(indptr, indices, data)`` with values as ``dtype`` (data mode).
-    With ``last`` (pipeline mode: a stage's last layer) nothing past that layer is read, not even ahead."""
+    With ``last`` (pipeline mode: a stage's last layer) nothing past that layer is read, not even ahead. With
+    ``hold_bytes``, up to that many bytes of what it fetches stay in memory as stored (encoded), so a layer read
+    again (a stage's next chunk) is decoded from memory: ``bytes_read`` counts the layers fetched from the store."""
 
-    def __init__(self, path: str | os.PathLike[str], dtype: str, keep: int = 2, last: int = 0):
-        self.store = open_store(path, check="metadata")
+    def __init__(self, path: str | os.PathLike[str], dtype: str, keep: int = 2, last: int = 0, hold_bytes: int = 0):
+        self.store = open_store(path, check="metadata", hold_bytes=hold_bytes)
         self.dtype = np.dtype(dtype)
         super().__init__(self._layer, last or self.store.depth, keep)
 
     def _layer(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         w = self.store.layer(k)
         return w.indptr, w.indices, w.data.astype(self.dtype, copy=False)
+
+    def _read(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        held = self.store.held
+        before = held.fetched if held is not None else 0
+        out = self._layer(k)
+        if held is None or held.fetched > before:  # (a layer decoded from held bytes was not read from the store)
+            with self._count_lock:
+                self.bytes_read += sum(a.nbytes for a in out)
+        return out
 
 
 class PartStream(ReadAhead):

@@ -367,3 +367,54 @@ def test_a_stream_shared_by_two_threads_gives_each_the_layer_it_asks_for():
     finally:
         stream.close()
     assert errors == []
+
+
+def test_held_reads_fetch_a_layer_once_and_give_the_same_layer_from_memory(small_store):
+    path, net, _ = small_store
+    s = store.open_store(path, check="metadata", hold_bytes=1 << 30)
+    first = [s.layer(k) for k in range(1, 6)]
+    fetched = s.held.fetched
+    assert fetched > 0 and s.held.held == fetched  # everything it fetched, kept
+    again = [s.layer(k) for k in range(1, 6)]
+    assert s.held.fetched == fetched  # nothing fetched again
+    for a, b, w in zip(first, again, net.layers):
+        assert (a != b).nnz == 0 and (b != w).nnz == 0
+
+
+def test_held_reads_keep_no_more_than_their_limit_and_fetch_the_rest_again(small_store):
+    path, net, _ = small_store
+    whole = store.open_store(path, check="metadata", hold_bytes=1 << 30)
+    [whole.layer(k) for k in range(1, 6)]
+    limit = whole.held.fetched // 2
+    s = store.open_store(path, check="metadata", hold_bytes=limit)
+    [s.layer(k) for k in range(1, 6)]
+    assert 0 < s.held.held <= limit
+    fetched = s.held.fetched
+    layers = [s.layer(k) for k in range(1, 6)]
+    assert 0 < s.held.fetched - fetched < fetched  # what was not kept, fetched again; what was, not
+    for a, w in zip(layers, net.layers):
+        assert (a != w).nnz == 0
+    assert store.open_store(path, check="metadata").held is None  # without hold_bytes: plain reads
+
+
+def test_a_stream_that_holds_its_reads_counts_each_layer_read_from_the_store_once(small_store):
+    from dasknn.store.streams import LayerStream
+
+    path, net, _ = small_store
+    passes = 3  # a pipeline stage's stream, once per chunk, from its first layer to its last
+    for hold, reads in ((1 << 30, 1), (0, passes)):
+        stream = LayerStream(path, "float64", keep=2, last=4, hold_bytes=hold)
+        try:
+            layer_bytes = {}
+            for _ in range(passes):
+                for k in range(2, 5):
+                    arrays = stream.layer(k)
+                    w = net.layers[k - 1].tocsc()
+                    np.testing.assert_array_equal(arrays[1], w.indices)
+                    np.testing.assert_array_equal(arrays[2], w.data)
+                    layer_bytes[k] = sum(a.nbytes for a in arrays)
+            for fut in list(stream._cache.values()):
+                fut.result()
+            assert stream.bytes_read == reads * sum(layer_bytes.values())
+        finally:
+            stream.close()
