@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--partition", default="hypergraph")
     ap.add_argument("--modes", default="model,data",
                     help="the modes to run, in order (model first: its part plan is timed apart before any run)")
+    ap.add_argument("--chunks", type=int, default=None, help="image chunks, every mode (default: each mode's own)")
     ap.add_argument("--reference-images", type=int, default=20,
                     help="images the (single-threaded SciPy) reference checks; 0 skips it")
     args = ap.parse_args()
@@ -62,6 +63,8 @@ def main() -> None:
         # data and model mode streamed; pipeline mode as its default decides (each stage resident where it fits
         # its worker, else streamed within the stage)
         options = dict(partition=owners, resident=False) if mode != "pipeline" else {}
+        if args.chunks:
+            options["chunks"] = args.chunks
         with local_client(workers=args.workers, memory_limit=args.memory_limit) as client:
             t0 = time.perf_counter()
             r = engine.infer(path, client=client, images=args.images, mode=mode, explain=predictions is None,

@@ -369,9 +369,11 @@ def test_a_stream_shared_by_two_threads_gives_each_the_layer_it_asks_for():
     assert errors == []
 
 
-def test_held_reads_fetch_a_layer_once_and_give_the_same_layer_from_memory(small_store):
+@pytest.mark.parametrize("by", ["path", "url"])
+def test_held_reads_fetch_a_layer_once_and_give_the_same_layer_from_memory(small_store, by):
     path, net, _ = small_store
-    s = store.open_store(path, check="metadata", hold_bytes=1 << 30)
+    s = store.open_store(path if by == "path" else Path(path).resolve().as_uri(), check="metadata",
+                         hold_bytes=1 << 30)
     first = [s.layer(k) for k in range(1, 6)]
     fetched = s.held.fetched
     assert fetched > 0 and s.held.held == fetched  # everything it fetched, kept
