@@ -45,6 +45,8 @@ PROBE_ACTIVATIONS = 1 << 21
 #: Seconds each worker runs the kernel for :func:`kernel_rate`, and the multiply-adds of one call at most.
 KERNEL_SECONDS = 0.5
 KERNEL_CALL = 2e8
+#: Timed calls of :func:`kernel_rate` at least (their median is the rate).
+KERNEL_CALLS = 3
 #: Layers data mode's loop is timed over by :func:`kernel_rate` (``loop``), and the bytes of their arrays at most
 #: (at least 2 layers): a worker of 600 MB timing 8 layers of a 65,536-wide network peaked at 0.8 GB and was
 #: killed by its nanny.
@@ -132,23 +134,31 @@ def probe(path: str, inputs: Any, images: int, dtype: str) -> dict:
     kernel, packing and store-read rates.
 
     The sample is the batch's first images, :data:`PROBE_ACTIVATIONS` activations wide (2,048 images at 1,024
-    neurons, several of the kernel's tiles, so its alive fractions are those of a real chunk); the probe stops after :data:`PROBE_BUDGET` multiply-adds (later layers are assumed to behave
-    like the last one it ran).
+    neurons, several of the kernel's tiles, so its alive fractions are those of a real chunk) and two of the
+    kernel's tiles at least (256 images at 65,536 neurons in float64); the probe stops after
+    :data:`PROBE_BUDGET` multiply-adds (later layers are assumed to behave like the last one it ran).
 
     ``inputs`` is the inputs store (its path), or rows in memory the task was given: a scattered batch, or a
     dask.array's first chunk (NumPy, ``scipy.sparse`` or CuPy; the sample is then at most that chunk's rows).
     """
     store = open_store(path, check="metadata")
-    width = min(4096, max(64, PROBE_ACTIVATIONS // store.neurons))
+    # two of the kernel's tiles at least: a sample of a wide layer narrower than TWIN_MIN_IMAGES (as one tile's
+    # images are, once a few die) runs the kernel without its twins, at a third of the rate a run's chunks get
+    # (65,536 wide: 1.4e9 against 4.1e9 multiply-adds per second)
+    width = min(4096, max(64, PROBE_ACTIVATIONS // store.neurons,
+                          2 * kernels.tile_for(store.neurons, np.dtype(dtype).itemsize)))
     yt = _sample(inputs, int(min(images, width)), np.dtype(dtype))
     width = yt.shape[1]
+    # the steps write into two buffers in turn, touched once here, as data mode's loop reuses its memory: a fresh
+    # output per step is a fresh mapping whose page faults made single steps time 1.5 to 6 times slower
+    buffers = [np.zeros(yt.shape[0] * width, dtype=yt.dtype) for _ in range(2)]
     alive, factor = [], []
     macs = 0.0
     kernel_s = read_s = message_s = 0.0
     entries = 0
     read_bytes = 0
     stream = LayerStream(path, dtype, keep=1)
-    _warm_up(yt, stream.layer(1), store)
+    _warm_up(yt, stream.layer(1), store, buffers[1])
     for k in range(1, store.depth + 1):
         t0 = time.perf_counter()
         indptr, indices, data = stream.layer(k)
@@ -170,7 +180,8 @@ def probe(path: str, inputs: Any, images: int, dtype: str) -> dict:
         entries += rows.size * yt.shape[1]
         factor.append(kernels.message_bytes(msg) / max(1, rows.size * yt.shape[1] * yt.dtype.itemsize))
         t0 = time.perf_counter()
-        yt = kernels.layer_step(yt, indptr, indices, data, store.bias, store.ymax)
+        out = buffers[k % 2][:(indptr.size - 1) * yt.shape[1]].reshape(indptr.size - 1, yt.shape[1])
+        yt = kernels.layer_step(yt, indptr, indices, data, store.bias, store.ymax, out=out)
         kernel_s += time.perf_counter() - t0
         macs += float(indices.size) * yt.shape[1]
         if macs >= PROBE_BUDGET:
@@ -190,12 +201,15 @@ def _sample(inputs: Any, width: int, dtype: np.dtype) -> np.ndarray:
     return kernels.activations_of_rows(inputs[:width], dtype)  # on the host: the probe runs on the CPU
 
 
-def _warm_up(yt: np.ndarray, layer: tuple, store) -> None:
+def _warm_up(yt: np.ndarray, layer: tuple, store, buffer: np.ndarray) -> None:
     # the kernels' first calls in a fresh worker load (or compile) their machine code: measured inside the
     # probe, that made the packing rate look 5 times slower than the run then saw. Model mode's steps (messages
-    # of every kind, images dropped), then the step on a layer as the probe reads it (scipy's index dtypes)
+    # of every kind, images dropped), then the step on a layer as the probe reads it (scipy's index dtypes), at
+    # the sample's whole width into ``buffer``: the thread's tile buffers are touched for the first time then
+    # (timed, a 65,536-wide layer's first step ran at a tenth of the rate of its next)
     warm_kernels(WarmSpec(dtype=yt.dtype.name, steps=True))
-    kernels.layer_step(np.ascontiguousarray(yt[:, :8]), *layer, store.bias, store.ymax)
+    rows = layer[0].size - 1
+    kernels.layer_step(yt, *layer, store.bias, store.ymax, out=buffer[:rows * yt.shape[1]].reshape(rows, -1))
 
 
 def loop_bytes(layer_bytes: int, activation_bytes: int) -> int:
@@ -218,10 +232,12 @@ def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None,
     mode), or part ``part``'s block of it (its columns, indexed into its own and its received rows) when
     ``owners`` (rows ``k - 1`` and ``k`` of an owners array) is given (model mode), over ``width`` images (by
     default one of the kernel's tiles). With ``loop``, data mode's loop over layers
-    (:func:`dasknn.kernels.run_layers`, tiles carried through up to :data:`LOOP_LAYERS` layers from ``k``)
-    instead of one step: it keeps a tile's activations in cache between layers, so it runs faster per
-    multiply-add than a single step. Where the loop's arrays (:func:`loop_bytes`) would exceed ``memory`` bytes,
-    one step is timed instead.
+    (:func:`dasknn.kernels.run_layers`, tiles carried through :data:`LOOP_LAYERS` layers from ``k``, the first
+    ones over again where fewer are held) instead of one step: it keeps a tile's activations in cache between
+    layers, so on narrow layers it runs faster per multiply-add than a single step. The loop runs as many whole
+    tiles of ``width`` as its arrays (:func:`loop_bytes`) fit in ``memory`` bytes; where not even one tile fits,
+    one step is timed instead. The rate is that of the median of at least :data:`KERNEL_CALLS` calls after an
+    untimed one.
 
     The activations are random: the kernel visits every entry for every image, so its time does not depend on
     the values (the loop's multiply-adds, which depend on the images that die, are counted layer by layer
@@ -243,33 +259,45 @@ def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None,
     nnz = max(1, block[1].size)
     tile = kernels.tile_for(rows + extra_rows, dt.itemsize)
     width = int(max(1, min(width or tile, max(tile, KERNEL_CALL // nnz))))
+    layer_bytes = sum(a.nbytes for a in block)
+    if loop and memory is not None:
+        # as many whole tiles of the width asked for as fit: a loop over a wide layer spends about 20 ms a layer
+        # finding its twins, shared by all the tiles of a chunk (65,536 wide, 128-image tiles: a third of a tile's
+        # sums where a chunk is one tile, a tenth where it is four)
+        while width > tile and loop_bytes(layer_bytes, rows * width * dt.itemsize) > memory:
+            width = max(tile, (width - 1) // tile * tile)
     rng = np.random.default_rng(k)
     # inputs at the clamp, as activations are after the first layers: images live on through a loop's layers
     # (drawn in float32: the draw is the largest temporary)
     yt = (rng.random((rows, width), dtype=np.float32) < 0.25).astype(dt) * dt.type(store.ymax)
     extra = (rng.random((extra_rows, width), dtype=np.float32) < 0.25).astype(dt) if owners is not None else None
-    layer_bytes = sum(a.nbytes for a in block)
     if loop and memory is not None and loop_bytes(layer_bytes, yt.nbytes) > memory:
         loop = False  # the loop's layers and tiles would not fit beside the worker's own memory: one step's rate
     if loop:
         last = min(store.depth, k + _loop_layers(layer_bytes) - 1)
-        layers = [block] + [_layer_arrays(store, j, dt) for j in range(k + 1, last + 1)]
+        held = [block] + [_layer_arrays(store, j, dt) for j in range(k + 1, last + 1)]
+        # LOOP_LAYERS layers, the ones held over again where fewer fit (square layers: any order runs): a call
+        # allocates its outputs and tiles its images, which a run's segment of hundreds of layers does once
+        layers = [held[i % len(held)] for i in range(max(len(held), min(LOOP_LAYERS, store.depth)))]
         macs = _loop_macs(yt, layers, store)
-        kernels.run_layers(yt[:, :1].copy(), layers[:1], store.bias, store.ymax, np.arange(1))  # code loaded
         call = lambda: kernels.run_layers(yt, layers, store.bias, store.ymax, np.arange(width))  # noqa: E731
     else:
         macs = nnz * width
-        kernels.layer_step(yt[:, :1].copy(), *block, store.bias, store.ymax,
-                           extra=None if extra is None else extra[:, :1].copy())  # machine code loaded, untimed
         call = lambda: kernels.layer_step(yt, *block, store.bias, store.ymax, extra=extra)  # noqa: E731
-    calls = 0
-    t0 = time.perf_counter()
-    while True:
+    # one whole call untimed first: it loads the machine code, and touches the memory its outputs and the
+    # thread's tile buffers take for the first time (page faults that made a fresh worker's first timing up to
+    # 6 times slower than its next on a 65,536-wide layer), as the run's second and later calls do not
+    call()
+    # the median call of at least KERNEL_CALLS: on a shared machine one call in a few ran at a third of the rate
+    # of the others (two workers timing 65,536-wide loops at once), and a run of hundreds of layers averages
+    # such pauses away
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < KERNEL_CALLS or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
         call()
-        calls += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= seconds:
-            return calls * macs / elapsed
+        times.append(time.perf_counter() - t0)
+    return macs / max(float(np.median(times)), 1e-12)
 
 
 def _layer_arrays(store, k: int, dt: np.dtype) -> tuple:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -134,7 +136,8 @@ def test_kernel_rate_runs_the_blocks_a_mode_runs(slice_store, monkeypatch, parts
                             seconds=0.05)
     assert rate > 0
     (first, _, _), (shape, extra, nnz) = seen[0], seen[-1]
-    assert first[1] == 1 and shape[1] == 300 and len(seen) >= 2  # one untimed image, then the timed width
+    # one untimed call, then at least KERNEL_CALLS timed ones, all over the timed width
+    assert first[1] == 300 and shape[1] == 300 and len(seen) >= 1 + cost.KERNEL_CALLS
     w = s.layer(5)
     if parts is None:
         assert shape[0] == 1024 and extra is None and nnz == w.nnz
@@ -243,6 +246,7 @@ def test_data_mode_kernel_rate_times_its_loop_over_layers_and_counts_the_live_im
 
     def counting(yt, layers, bias, ymax, ids, compact_every=None):
         seen.append((yt.shape[1], [indices.size for _, indices, _ in layers]))
+        time.sleep(0.01)  # every call takes at least this: the rate is at most a call's counted work over it
         return loop(yt, layers, bias, ymax, ids, compact_every)
 
     monkeypatch.setattr(kernels, "run_layers", counting)
@@ -250,11 +254,11 @@ def test_data_mode_kernel_rate_times_its_loop_over_layers_and_counts_the_live_im
     monkeypatch.setattr(cost, "_loop_macs", lambda yt, layers, st: macs.append(yt.shape[1]) or 1e6)
     monkeypatch.setattr(cost, "LOOP_LAYERS", 3)
     rate = cost.kernel_rate(str(slice_store), 5, "float32", width=300, seconds=0.05, loop=True)
-    assert seen[0][0] == 1 and len(seen) >= 2  # one untimed image, then the timed width
-    width, nnz = seen[-1]
-    assert width == 300 and nnz == [s.layer(k).nnz for k in (5, 6, 7)]
+    # one untimed call, then at least KERNEL_CALLS timed ones, all over the timed width
+    assert len(seen) >= 1 + cost.KERNEL_CALLS and {width for width, _ in seen} == {300}
+    assert seen[-1][1] == [s.layer(k).nnz for k in (5, 6, 7)]
     assert macs == [300]
-    assert 0 < rate <= (len(seen) - 1) * 1e6 / 0.05  # the counted work per timed call, over at least 0.05 s
+    assert 1e6 / 1.0 < rate <= 1e6 / 0.01  # the counted work over the median call (at least 0.01 s, under 1 s)
 
 
 @pytest.mark.parametrize("memory,layers", [(None, 3), (1e9, 3), (1e3, 0)])
@@ -273,6 +277,60 @@ def test_the_loop_is_timed_only_where_its_layers_and_tiles_fit_the_memory_given(
         assert loops and set(loops[1:]) == {layers}
     else:  # one step timed instead: no loop, no extra layer read
         assert not loops and len(steps) >= 2
+
+
+def test_the_loop_runs_as_many_whole_tiles_of_a_chunk_as_the_memory_given_holds(slice_store, monkeypatch):
+    from dasknn import kernels, store
+
+    widths = []
+    run_layers = kernels.run_layers
+    monkeypatch.setattr(kernels, "run_layers", lambda yt, ls, *a, **k: widths.append(yt.shape[1]) or run_layers(yt, ls, *a, **k))
+    monkeypatch.setattr(cost, "LOOP_LAYERS", 3)
+    w = store.open_store(slice_store).layer(5)
+    layer_bytes = w.indptr.nbytes + w.indices.nbytes + w.data.astype(np.float32).nbytes
+    tile = kernels.tile_for(1024, 4)  # 256 images
+    # room for two tiles' images and not for the chunk's 700 (nor three tiles)
+    memory = cost.loop_bytes(layer_bytes, 1024 * 2 * tile * 4) + 1
+    assert cost.loop_bytes(layer_bytes, 1024 * 3 * tile * 4) > memory
+    cost.kernel_rate(str(slice_store), 5, "float32", width=700, seconds=0.01, loop=True, memory=memory)
+    assert set(widths) == {2 * tile}
+
+
+def test_the_loop_runs_the_layers_it_holds_over_again_where_fewer_than_loop_layers_fit(slice_store, monkeypatch):
+    # a call of the loop pays for its outputs' memory once: it is timed over LOOP_LAYERS layers, as a run's
+    # segment is over many, even where only two layers' arrays may be held
+    from dasknn import kernels, store
+
+    s = store.open_store(slice_store)
+    seen = []
+    run_layers = kernels.run_layers
+    monkeypatch.setattr(kernels, "run_layers",
+                        lambda yt, ls, *a, **k: seen.append([ix.size for _, ix, _ in ls]) or run_layers(yt, ls, *a, **k))
+    monkeypatch.setattr(cost, "LOOP_LAYERS", 6)
+    monkeypatch.setattr(cost, "LOOP_BYTES", 1)  # two layers held
+    cost.kernel_rate(str(slice_store), 5, "float32", width=300, seconds=0.01, loop=True)
+    assert seen and all(layers == [s.layer(5).nnz, s.layer(6).nnz] * 3 for layers in seen)
+
+
+def test_the_probe_samples_two_tiles_at_least_and_steps_into_two_buffers(slice_store, monkeypatch):
+    # a sample narrower than TWIN_MIN_IMAGES runs the kernel without its twins, and a fresh output per step
+    # pays for fresh pages: neither is what a run's chunks see
+    from dasknn import kernels
+
+    monkeypatch.setattr(cost, "PROBE_ACTIVATIONS", 1 << 10)  # one image's worth
+    monkeypatch.setattr(cost, "PROBE_BUDGET", 1e12)
+    outs = []
+    step = kernels.layer_step
+
+    def recording(yt, *args, out=None, **kwargs):
+        outs.append(None if out is None else out.__array_interface__["data"][0])
+        return step(yt, *args, out=out, **kwargs)
+
+    monkeypatch.setattr(kernels, "layer_step", recording)
+    figures = cost.probe(str(slice_store), str(slice_store), 10_000, "float32")
+    assert figures["probe_images"] == 2 * kernels.tile_for(1024, 4)
+    timed = outs[-(figures["probe_layers"] - 1):]  # the warm-up's steps come first
+    assert None not in timed and len(set(timed)) <= 2
 
 
 def test_loop_bytes_counts_the_layers_and_the_activations_tiles():

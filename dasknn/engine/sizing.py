@@ -200,14 +200,14 @@ def _gather_pinned(client, futures: list, workers: list[str]) -> list:
 
 
 def _kernel_rate(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray | None,
-                 loop: bool = False, memory: float | None = None) -> float:
+                 loop: bool = False, memory: float | None = None, width: int | None = None) -> float:
     # ``workers`` at once, each on the block its mode gives it (model mode: its part, its place in its group;
-    # data mode: its loop over layers, with ``loop``)
+    # data mode: its loop over layers, with ``loop``, over a chunk's ``width`` images)
     from ..cost import kernel_rate
 
     g = 1 if owners is None else int(owners.max()) + 1
-    futures = [client.submit(kernel_rate, path, k, dtype, owners, i % g, loop=loop, memory=memory, workers=[w],
-                             allow_other_workers=False, pure=False) for i, w in enumerate(workers)]
+    futures = [client.submit(kernel_rate, path, k, dtype, owners, i % g, width=width, loop=loop, memory=memory,
+                             workers=[w], allow_other_workers=False, pure=False) for i, w in enumerate(workers)]
     return float(np.mean(_gather_pinned(client, futures, workers)))
 
 
@@ -259,9 +259,11 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
 
         if g == 1:
             # data mode runs its loop over layers, faster per multiply-add than the probe's single steps
-            # (the loop's layers and tiles within half a worker's memory, beside what the worker holds itself)
+            # (the loop's layers and tiles within half a worker's memory, beside what the worker holds itself),
+            # on its chunks' images
             cal.kernel_rates[1] = cal.kernel_rate * _kernel_rate(client, workers, path, dtype, middle, None,
-                                                                 loop=True, memory=memory / 2) / solo
+                                                                 loop=True, memory=memory / 2,
+                                                                 width=-(-images // max(1, n_chunks))) / solo
             return model()
         volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res, data,
                                                             memory)
