@@ -25,7 +25,7 @@ def _row(name: str, pred: dict | None, r, truth) -> tuple:
     import numpy as np
 
     measured = r.seconds
-    predicted = pred["seconds"] if pred else float("nan")
+    predicted = pred.seconds if pred else float("nan")
     err = (predicted - measured) / measured if pred else float("nan")
     wrong = "-" if truth is None else str(np.setxor1d(r.categories, truth).size)
     sent = f"{r.bytes_sent / 1e6:.1f} MB" if r.group_size > 1 else "-"

@@ -18,14 +18,15 @@ from ..runtime.exchange import exchange_for
 from ..runtime.exchange.choice import choose_exchange
 from ..runtime.graph import PinnedGraph, ref
 from ..runtime.metrics import bytes_sent
-from ..runtime.recovery import Recovery, WorkersLost, watch
+from ..runtime.recovery import Recovery, WorkersLost, memory_limits, watch, workers_info
 from ..runtime.worker_runs import close_run, run_figures
 from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest, resume_plan_store
 from .data_mode import data_chunk
 from .exchange_plan import plan_on_workers
 from .inputs import InputSource, load_images
 from .model_mode import model_chunk
-from .pipeline_mode import Stage, keep_stage_places, pipeline_chunk, stage_cuts, stage_weights
+from ..stages import place_stages, stages_fit
+from .pipeline_mode import Stage, keep_stage_places, pipeline_chunk, stage_weights
 from .owners import partition_owners
 from .sizing import compaction_layer, sync_layers
 from .warm import add_warm_tasks, longest
@@ -80,8 +81,9 @@ class Job:
     #: pipeline mode: each layer's work (its entries x the share of images alive when it runs), by which each
     #: pass cuts the layers into as many stages as its groups have workers; None in the other modes
     stage_work: np.ndarray | None = None
-    #: pipeline mode: the most entries a stage may hold to fit its worker (:func:`~dasknn.stages.stage_capacity`)
-    stage_cap: float | None = None
+    #: pipeline mode: the entries a stage may hold per byte of its worker's memory limit
+    #: (:func:`~dasknn.stages.stage_capacity` of one byte)
+    stage_entries_per_byte: float | None = None
     #: pipeline mode, streamed: the bytes a stage keeps of what it fetched (:func:`~.sizing.stage_hold_bytes`)
     hold_bytes: int = 0
     #: pipeline mode, resident: each worker's stage and the future of its layers, kept from one pass to the next,
@@ -185,11 +187,18 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: 
     layout = _Layout(run=uuid.uuid4().hex[:8], groups=[workers[i:i + g] for i in range(0, len(workers), g)])
     out.group_size, out.layer_bytes = g, LayerBytes.zeros(job.store.depth)
     if job.stage_work is not None:
-        # pipeline mode: the layers cut again for the workers of this pass (fewer after a loss)
+        # pipeline mode: the layers cut again for the workers of this pass (fewer after a loss), each stage within
+        # the memory of the workers placed at it, where a cut can be
         entries = job.store.layer_entries()
-        layout.stages = out.stages = stage_cuts(job.stage_work, g, entries, job.stage_cap)
+        limits = memory_limits(workers_info(client))
+        memory = {w: limits.get(w, min(limits.values())) for w in workers}
+        placed = place_stages(job.stage_work, entries, layout.groups, memory, job.stage_entries_per_byte)
+        layout.stages = out.stages = placed.stages
         held = {w: stage for w, (stage, _) in job.held_stages.items()}
-        layout.groups = keep_stage_places(layout.groups, layout.stages, held)
+        kept = keep_stage_places(placed.groups, layout.stages, held)
+        # the workers left keep their stages' layers, unless that puts a stage on a worker too small for it
+        fits = stages_fit(kept, layout.stages, entries, memory, job.stage_entries_per_byte)
+        layout.groups = kept if fits or not job.resident else placed.groups
     try:
         if g > 1 and not layout.stages:
             _partition(client, job, workers, layout, out, enter)

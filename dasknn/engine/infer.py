@@ -6,7 +6,6 @@ import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +14,8 @@ from ..cost import Calibration, Prediction
 from ..errors import DasknnError
 from ..modes import AUTO, DATA, HYBRID, PIPELINE
 from ..runtime.dashboard import publish_traffic
-from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
-from ..stages import stage_capacity, stage_cuts
+from ..runtime.recovery import Recovery, ensure_client, memory_limits, smallest_memory_limit, workers_info
+from ..stages import place_stages, stage_capacity
 from ..store import location, open_results, open_store, read_results
 from .execute import Job, LayerBytes, Pass, execute
 from .groups import check_mode
@@ -153,18 +152,25 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
                           f"network has {store.depth}: give --group-size {store.depth} or fewer (dividing the "
                           f"workers), or use fewer workers")
     stage_work = _stage_work(store, calibration) if mode == PIPELINE else None
-    # pipeline mode: the stages cut so that each fits a worker where a cut can
-    stage_cap = stage_capacity(weight_bytes, store.edges, memory, WEIGHTS_SHARE) if mode == PIPELINE else None
+    # pipeline mode: the stages cut so that each fits the workers placed at it where a cut can (their memory
+    # limits may differ)
+    per_byte = stage_capacity(weight_bytes, store.edges, 1.0, WEIGHTS_SHARE) if mode == PIPELINE else None
     if resident is None:
-        resident = weight_bytes / _holds(store, stage_work, g, True, stage_cap) <= WEIGHTS_SHARE * memory
-    job = _job(path, store, source, count, o, resident, g, workers, threads, memory, stage_work, stage_cap)
+        resident = (_placement(store, stage_work, g, _memory_of(client, workers), per_byte).fits
+                    if stage_work is not None else weight_bytes / g <= WEIGHTS_SHARE * memory)
+
+    def shares(g: int, ws: list[str]) -> list[tuple[float, float]]:
+        return _shares(store, stage_work, resident, per_byte, g, _memory_of(client, ws))
+
+    job = _job(path, store, source, count, o, resident, g, workers, threads, memory, shares(g, workers),
+               stage_work, per_byte)
     todo = [c for c in range(len(job.bounds)) if c not in job.done]
     width = max(b - a for a, b in job.bounds)
 
     def check_fits(g: int, ws: list[str]) -> None:
         # after a loss: the work must still fit the workers there are
-        check_memory(store, o.dtype, resident, job.keep_layers, _holds(store, stage_work, g, resident, stage_cap),
-                     _cluster(client, ws)[2], width)
+        for holds, limit in shares(g, ws):
+            check_memory(store, o.dtype, resident, job.keep_layers, holds, limit, width)
 
     runs = _run_recovering(client, job, recovery, mode, group_size, todo, check_fits)
     result = _result(job, runs, mode, group_size, count, todo, job.done, predictions, calibration)
@@ -183,28 +189,45 @@ def _stage_work(store, calibration) -> np.ndarray:
     return nnz if calibration is None else nnz * alive_per_layer(calibration, store.depth)
 
 
-def _holds(store, stage_work: np.ndarray | None, g: int, resident: bool, stage_cap: float | None = None) -> float:
-    # what a worker's weights are divided by (the memory checks' group size): g in data, model and hybrid modes; in
-    # pipeline mode the network's entries over its largest stage's, resident (the stages are cut by work, not
-    # entries: a stage of layers whose images mostly died holds more of them), and 1 streaming (whole layers)
-    if stage_work is None:
-        return g
-    if not resident:
-        return 1
-    nnz = store.layer_entries().astype(float)
-    largest = max(nnz[s.first - 1:s.last].sum() for s in stage_cuts(stage_work, g, nnz, stage_cap))
-    return float(nnz.sum() / max(1.0, largest))
+def _shares(store, stage_work: np.ndarray | None, resident: bool, per_byte: float | None, g: int,
+            memory: dict[str, float]) -> list[tuple[float, float]]:
+    # what the memory checks weigh on workers of the ``memory`` limits (in their order) in groups of g, for each
+    # kind of worker: (what the weights are divided by, the smallest limit); resident in pipeline mode, for each
+    # stage: the network's entries over the stage's (the stages are cut by work, not entries: a stage of layers
+    # whose images mostly died holds more of them), and the smallest limit among the workers placed at it
+    if stage_work is None or not resident:
+        return [(g if stage_work is None else 1, min(memory.values()))]
+    placed = _placement(store, stage_work, g, memory, per_byte)
+    nnz = store.layer_entries()
+    return [(store.edges / max(1, int(nnz[stage.first - 1:stage.last].sum())),
+             min(memory[members[s]] for members in placed.groups)) for s, stage in enumerate(placed.stages)]
+
+
+def _placement(store, stage_work: np.ndarray, g: int, memory: dict[str, float], per_byte: float):
+    # pipeline mode: the stages for pipelines of g of the workers of the ``memory`` limits (in their order), placed
+    # by those limits
+    workers = list(memory)
+    groups = [workers[i:i + g] for i in range(0, len(workers), g)]
+    return place_stages(stage_work, store.layer_entries(), groups, memory, per_byte)
+
+
+def _memory_of(client, workers: list[str]) -> dict[str, float]:
+    # each of ``workers``' memory limit, in their order
+    limits = memory_limits(workers_info(client))
+    return {w: limits.get(w, min(limits.values())) for w in workers}
 
 
 def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions, resident: bool, g: int,
-         workers: list[str], threads: int, memory: float, stage_work: np.ndarray | None = None,
-         stage_cap: float | None = None) -> Job:
+         workers: list[str], threads: int, memory: float, shares: list[tuple[float, float]],
+         stage_work: np.ndarray | None = None, per_byte: float | None = None) -> Job:
     # the chunks (and the results store's: a resumed run keeps its chunks), the layers a stream keeps, checked to
-    # fit the workers' memory
-    fit = partial(fits, store, o.dtype, resident)
-    holds = _holds(store, stage_work, g, resident, stage_cap)
+    # fit the workers' memory: ``shares`` as (what the weights are divided by, the memory limit) for each kind of
+    # worker (data, model, hybrid and streamed pipeline modes one; a resident pipeline each place of its stages)
+    def fit(keep: int, width: int) -> bool:
+        return all(fits(store, o.dtype, resident, keep, holds, limit, width) for holds, limit in shares)
+
     chunks = o.chunks or default_chunks(count, threads, len(workers), g, resident,
-                                        lambda width: fit(o.keep_layers, holds, memory, width))
+                                        lambda width: fit(o.keep_layers, width))
     if stage_work is not None and not o.chunks:
         chunks = pipeline_chunks(count, g, len(workers) // g, chunks)
     bounds = source.bounds or chunk_bounds(count, chunks)
@@ -219,8 +242,9 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
     if g > 1 and not resident and stage_work is None:
         # a part's stream keeps a layer more for each further chunk of its worker, where that fits
         wider = part_stream_keep(keep_layers, len(bounds), len(workers) // g)
-        keep_layers = wider if fit(wider, g, memory, width) else keep_layers
-    check_memory(store, o.dtype, resident, keep_layers, holds, memory, width)
+        keep_layers = wider if fit(wider, width) else keep_layers
+    for holds, limit in shares:
+        check_memory(store, o.dtype, resident, keep_layers, holds, limit, width)
     # a streamed pipeline stage keeps what it fetched where the worker has room: it fetches its layers once
     streamed_stages = stage_work is not None and not resident
     hold = stage_hold_bytes(store, o.dtype, keep_layers, memory, width) if streamed_stages else 0
@@ -230,7 +254,8 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
                progress=o.progress, plan_store=None if o.plan_store is None else str(Path(o.plan_store).resolve()),
                activations_name=f"activations-{uuid.uuid4().hex[:8]}" if o.keep_activations else None,
                partition_on_cluster=partition_fits_worker(store.neurons, memory), overlap=o.overlap,
-               exchange=o.exchange, done=done, stage_work=stage_work, stage_cap=stage_cap, hold_bytes=hold)
+               exchange=o.exchange, done=done, stage_work=stage_work, stage_entries_per_byte=per_byte,
+               hold_bytes=hold)
 
 
 def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:

@@ -258,12 +258,12 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
                        key=lambda p: p.seconds)
 
         if g == 1:
-            # data mode runs its loop over layers, faster per multiply-add than the probe's single steps
-            # (the loop's layers and tiles within half a worker's memory, beside what the worker holds itself),
-            # on its chunks' images
-            cal.kernel_rates[1] = cal.kernel_rate * _kernel_rate(client, workers, path, dtype, middle, None,
-                                                                 loop=True, memory=memory / 2,
-                                                                 width=-(-images // max(1, n_chunks))) / solo
+            # data mode's own loop over layers, on its chunks' images, every worker running it at once (the
+            # loop's layers and tiles within half a worker's memory, beside what the worker holds itself). Timed
+            # as it runs, not as a ratio to the probe's steps: on 65,536-wide layers the ratio multiplied three
+            # timings' noise and predicted data mode 16 % to 65 % slow, this 18 % fast to 2 % slow
+            cal.kernel_rates[1] = _kernel_rate(client, workers, path, dtype, middle, None, loop=True,
+                                               memory=memory / 2, width=-(-images // max(1, n_chunks)))
             return model()
         volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res, data,
                                                             memory)
@@ -281,14 +281,19 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
         out.extend(one(g, out[0]) for g in sizes)
     k = stages or len(workers)
     if (pipeline or not data_suffices) and 1 < k <= store.depth and len(workers) % k == 0:
+        from ..runtime.recovery import memory_limits, workers_info
+
+        limits = memory_limits(workers_info(client))
         out.append(_pipeline_prediction(cal, store, images, threads, len(workers), k, chunks, dtype, memory,
-                                        weight_bytes, resident))
+                                        weight_bytes, resident, [limits.get(w, memory) for w in workers]))
     return cal, out
 
 
 def _pipeline_prediction(cal, store, images: int, threads: int, workers: int, k: int, chunks: int | None,
-                         dtype: str, memory: float, weight_bytes: int, resident: bool | None) -> Prediction:
-    # pipeline mode's prediction with the chunks it would run (at least two per stage of each pipeline)
+                         dtype: str, memory: float, weight_bytes: int, resident: bool | None,
+                         memory_limits: list[float] | None = None) -> Prediction:
+    # pipeline mode's prediction with the chunks it would run (at least two per stage of each pipeline), its
+    # stages placed by the workers' ``memory_limits``
     from ..cost import predict_pipeline
 
     nnz = store.layer_entries()
@@ -297,7 +302,7 @@ def _pipeline_prediction(cal, store, images: int, threads: int, workers: int, k:
     return predict_pipeline(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
                             workers=workers, threads=threads, chunks=min(n_chunks, images), stages=k,
                             neurons=store.neurons, itemsize=np.dtype(dtype).itemsize, weights_share=WEIGHTS_SHARE,
-                            resident=resident)  # (None: resident where its largest stage fits)
+                            resident=resident, memory_limits=memory_limits)  # (None: resident where it fits)
 
 
 def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,

@@ -130,9 +130,16 @@ def workers_info(client) -> dict:
 def smallest_memory_limit(info: dict) -> float:
     """The smallest memory limit among the workers of ``info`` (:func:`workers_info`), in bytes; a worker without a
     limit counts as its share of this machine's memory."""
+    return min(memory_limits(info).values())
+
+
+def memory_limits(info: dict) -> dict[str, float]:
+    """Each worker's memory limit (of ``info``, :func:`workers_info`), in bytes, by address; a worker without a
+    limit counts as its share of this machine's memory."""
     import psutil
 
-    return min((w.get("memory_limit") or psutil.virtual_memory().total / len(info)) for w in info.values())
+    return {address: float(w.get("memory_limit") or psutil.virtual_memory().total / len(info))
+            for address, w in info.items()}
 
 
 def await_workers(client, expected: int, timeout: float) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 
@@ -55,14 +56,14 @@ def test_stage_cuts_are_consecutive_cover_every_layer_and_balance_the_slowest(wo
     assert slowest == pytest.approx(_best_slowest(work, k))
 
 
-def _best_fitting(work, sizes, k, cap):
-    # the smallest slowest stage among the cuts into k stages whose every stage's size is at most cap (brute
-    # force), or None where no cut fits
+def _best_fitting(work, sizes, caps):
+    # the smallest slowest stage among the cuts into len(caps) stages whose stage s's size is at most caps[s]
+    # (brute force), or None where no cut fits
     best = None
-    for cuts in itertools.combinations(range(1, len(work)), k - 1):
-        edges = (0, *cuts, len(work))
-        if max(sum(sizes[a:b]) for a, b in zip(edges, edges[1:])) <= cap:
-            slowest = max(sum(work[a:b]) for a, b in zip(edges, edges[1:]))
+    for cuts in itertools.combinations(range(1, len(work)), len(caps) - 1):
+        edges = list(zip((0, *cuts), (*cuts, len(work))))
+        if all(sum(sizes[a:b]) <= cap for (a, b), cap in zip(edges, caps)):
+            slowest = max(sum(work[a:b]) for a, b in edges)
             best = slowest if best is None else min(best, slowest)
     return best
 
@@ -75,12 +76,45 @@ def test_stages_cut_to_fit_their_workers_balance_the_slowest_among_the_cuts_that
     cap = float(rng.integers(max(sizes), sum(sizes) + 1))
     cuts = stage_cuts(work, k, sizes, cap)
     _check_stages([s.as_list() for s in cuts], depth, k)
-    best = _best_fitting(work, sizes, k, cap)
+    best = _best_fitting(work, sizes, [cap] * k)
     if best is None:  # nothing fits: the cut by work alone (its stages stream)
         assert cuts == stage_cuts(work, k)
     else:
         assert all(sum(sizes[s.first - 1:s.last]) <= cap for s in cuts)
         assert max(sum(work[s.first - 1:s.last]) for s in cuts) == pytest.approx(best)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_stages_cut_to_fit_workers_of_different_memory_balance_the_slowest_among_the_cuts_that_fit(seed):
+    rng = np.random.default_rng(seed)
+    depth, k = int(rng.integers(3, 9)), int(rng.integers(2, 4))
+    work, sizes = rng.integers(1, 20, depth).tolist(), rng.integers(1, 20, depth).tolist()
+    caps = rng.integers(max(sizes) // 2, sum(sizes) + 1, k).astype(float).tolist()
+    cuts = stage_cuts(work, k, sizes, caps)
+    _check_stages([s.as_list() for s in cuts], depth, k)
+    best = _best_fitting(work, sizes, caps)
+    if best is None:
+        assert cuts == stage_cuts(work, k)
+    else:
+        assert all(sum(sizes[s.first - 1:s.last]) <= cap for s, cap in zip(cuts, caps))
+        assert max(sum(work[s.first - 1:s.last]) for s in cuts) == pytest.approx(best)
+
+
+def test_workers_of_different_memory_are_placed_smallest_first_and_each_stage_fits_its_own():
+    from dasknn.stages import place_stages
+
+    # work falls as images die; entries do not: a balanced cut gives the later stages more entries
+    work, sizes = [8, 4, 2, 1, 1, 1], [4] * 6
+    memory = {"a": 20.0, "b": 20.0, "c": 4.0, "d": 4.0}  # entries a worker may hold: its memory x 1
+    placed = place_stages(work, sizes, [["a", "b"], ["c", "d"]], memory, 1.0)
+    assert placed.groups == [["c", "a"], ["d", "b"]]  # the small workers hold the first stage in each pipeline
+    assert placed.stages == [Stage(1, 1), Stage(2, 6)] and placed.fits
+    # the same limits for every worker: the pipelines as given, the cut within the smallest cap
+    same = place_stages(work, sizes, [["a", "b"]], {"a": 12.0, "b": 12.0}, 1.0)
+    assert same.groups == [["a", "b"]] and same.stages == [Stage(1, 3), Stage(4, 6)] and same.fits
+    # nothing fits the small workers' 2 entries: by work alone, streamed
+    small = place_stages(work, sizes, [["a", "c"]], {"a": 16.0, "c": 2.0}, 1.0)
+    assert small.stages == stage_cuts(work, 2) and not small.fits
 
 
 def test_a_stage_cut_by_work_alone_that_would_not_fit_is_cut_to_fit():
@@ -248,16 +282,21 @@ def test_more_stages_than_layers_is_refused_in_one_line(client, tmp_path):
 
 
 def test_a_pipeline_worker_must_hold_its_largest_stage(slice_store):
-    from dasknn.engine.infer import _holds
+    from dasknn.engine.infer import _shares
 
     s = store.open_store(slice_store)
     nnz = np.array([s.layer_nnz(k) for k in range(1, 13)], dtype=float)  # 32,768 entries each
     # the images die after layer 1: the work cut gives layer 1 a stage alone, and the other 11 layers to the second
     work = nnz * np.array([1.0] + [0.05] * 11)
-    assert _holds(s, work, 2, resident=True) == pytest.approx(12 / 11)
-    assert _holds(s, nnz, 3, resident=True) == pytest.approx(3)  # even work: a third each
-    assert _holds(s, work, 2, resident=False) == 1  # streaming: whole layers, as data mode
-    assert _holds(s, None, 4, resident=True) == 4  # other modes: their group size
+    even = {"a": 1e9, "b": 1e9, "c": 1e9}
+    assert _shares(s, work, True, 1.0, 2, dict(list(even.items())[:2])) == [(12, 1e9), (pytest.approx(12 / 11), 1e9)]
+    assert _shares(s, nnz, True, 1.0, 3, even) == [(3, 1e9)] * 3  # even work: a third each
+    assert _shares(s, work, False, 1.0, 2, {"a": 1e9, "b": 5e8}) == [(1, 5e8)]  # streaming: whole layers, as data mode
+    assert _shares(s, None, True, None, 4, {"a": 1e9, "b": 2e9}) == [(4, 1e9)]  # other modes: their group size
+    # limits that differ: each stage is weighed against the workers placed at it, the smaller one first; 5 of 12
+    # layers fit the small one (20 entries a byte: 163,840 entries of 8 kB), the rest the large one
+    uneven = _shares(s, nnz, True, 20.0, 2, {"a": 32e3, "b": 8.2e3})
+    assert uneven == [(pytest.approx(12 / 5), 8.2e3), (pytest.approx(12 / 7), 32e3)]
 
 
 def test_pipeline_keeps_the_final_activations_on_the_last_stage(client, slice_store, slice_truth):
@@ -267,3 +306,25 @@ def test_pipeline_keeps_the_final_activations_on_the_last_stage(client, slice_st
     assert rows.shape == (1000, 1024)
     # the images with a nonzero final row are the categories (both 0-based)
     np.testing.assert_array_equal(np.flatnonzero(rows.any(axis=1)), slice_truth)
+
+
+@pytest.mark.cluster
+def test_workers_of_different_memory_hold_stages_cut_to_each_ones_memory(slice_store, slice_truth, monkeypatch):
+    # a worker of 1.5 GB and one of 3 GB, and a share of memory for weights so small that 4 of the slice's 12
+    # layers fit the first and 9 the second: cut for the smaller worker alone, no cut fits (they would stream);
+    # placed by each one's memory, the small worker holds layers 1-4 and the large one 5-12, resident
+    from distributed import Client, Nanny, Scheduler, SpecCluster, futures_of
+
+    infer_module = importlib.import_module("dasknn.engine.infer")
+    weights = store.open_store(slice_store).edges * 12  # float64 values and int32 indices
+    monkeypatch.setattr(infer_module, "WEIGHTS_SHARE", 4.5 / 12 * weights / 1.5e9)
+    spec = {name: {"cls": Nanny, "options": {"nthreads": 1, "memory_limit": limit}}
+            for name, limit in (("large", 3e9), ("small", 1.5e9))}
+    with SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}}, workers=spec,
+                     asynchronous=False) as cluster, Client(cluster) as client:
+        result = engine.infer(slice_store, client=client, mode="pipeline", dtype="float64", keep_activations=True)
+        np.testing.assert_array_equal(result.categories, slice_truth)
+        assert result.resident and result.stages == [[1, 4], [5, 12]]
+        names = {w["name"]: address for address, w in client.scheduler_info()["workers"].items()}
+        holders = client.who_has(futures_of(result.activations))
+        assert {w for ws in holders.values() for w in ws} == {names["large"]}  # the last stage's worker
