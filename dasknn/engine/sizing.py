@@ -12,6 +12,7 @@ import numpy as np
 from ..cost import Prediction
 from ..errors import DasknnError
 from ..kernels import tile_for
+from ..kernels.cpu import TWIN_MIN_IMAGES
 from ..partition import layer_volumes
 from .owners import check_partition, stored_partition
 
@@ -120,10 +121,17 @@ def default_chunks(images: int, threads: int, workers: int, g: int, resident: bo
 
 
 def pipeline_chunks(images: int, stages: int, pipelines: int, fits_chunks: int) -> int:
-    """Chunks of a pipeline run: at least two per stage of each pipeline, so each stage has a chunk to run while the
-    next runs the one before (the fill and drain are then at most half the run), or ``fits_chunks`` (what fits a
-    worker's memory) where that is more; at most one per image."""
-    return max(1, min(images, max(2 * stages * pipelines, fits_chunks)))
+    """Chunks of a pipeline run: two per stage of each pipeline, so each stage has a chunk to run while the next
+    runs the one before (the fill and drain are then at most half the run), but fewer (one per stage at least)
+    where two would make chunks narrower than :data:`~dasknn.kernels.cpu.TWIN_MIN_IMAGES`; or ``fits_chunks``
+    (what fits a worker's memory) where that is more; at most one per image.
+
+    Below that width the kernel sums every column alone instead of the columns that share their inputs together:
+    on a generated 65,536 x 480 network, 8 chunks of 125 images ran twice as long as 4 of 250 (BENCHMARKS.md).
+    """
+    least = stages * pipelines
+    wanted = max(least, min(2 * least, images // TWIN_MIN_IMAGES))
+    return max(1, min(images, max(wanted, fits_chunks)))
 
 
 def check_memory(store, dtype: str, resident: bool, keep_layers: int, g: float, memory: float, width: int) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from dasknn import cost, engine, generate, modes, store
 from dasknn.cli import main
+from dasknn.engine.sizing import pipeline_chunks
 from dasknn.stages import Stage, stage_cuts
 
 
@@ -140,6 +141,19 @@ def test_after_a_loss_the_workers_left_keep_their_stages_and_the_new_ones_fill_t
     assert keep_stage_places([["a", "b"]], stage_cuts(np.ones(12), 2), {"a": stages[1]}) == [["a", "b"]]
 
 
+def test_pipeline_chunks_are_two_per_stage_unless_that_makes_them_narrower_than_the_kernels_twins():
+    from dasknn.kernels.cpu import TWIN_MIN_IMAGES
+
+    assert TWIN_MIN_IMAGES == 128
+    assert pipeline_chunks(1000, 2, 1, 1) == 4  # 250 images each
+    assert pipeline_chunks(1000, 4, 1, 1) == 7  # not 8 of 125: 7 of 142 or 143
+    assert pipeline_chunks(1000, 2, 2, 1) == 7  # two pipelines of two stages alike
+    assert pipeline_chunks(300, 4, 1, 1) == 4  # a chunk a stage at least, however narrow
+    assert pipeline_chunks(60_000, 4, 1, 1) == 8
+    assert pipeline_chunks(1000, 2, 1, 20) == 20  # what fits the workers' memory comes first
+    assert pipeline_chunks(3, 4, 1, 1) == 3  # at most one per image
+
+
 def test_stage_cuts_refuse_more_stages_than_layers():
     with pytest.raises(ValueError, match="3 stages cannot cut 2 layers"):
         stage_cuts([1, 1], 3)
@@ -162,8 +176,9 @@ def test_pipeline_matches_the_truth_with_k_stages(request, slice_store, slice_tr
     np.testing.assert_array_equal(result.categories, slice_truth)
     assert result.mode == "pipeline" and result.group_size == k and result.workers == k
     _check_stages(result.stages, 12, k)
-    # by default two chunks per stage at least, so every stage has work once the pipeline is full
-    assert result.chunks >= 2 * k
+    # by default two chunks per stage, so every stage has work once the pipeline is full, but none narrower than the
+    # kernel's twins (the slice's 1,000 images: 7 chunks for 4 stages)
+    assert result.chunks == pipeline_chunks(1000, k, 1, 1) >= min(2 * k, 1000 // 128)
     # one task per stage and chunk (no splitting tasks between them): the scheduler's load is K per chunk
     assert result.tasks == result.chunks * k
     # the activations crossed the stage boundaries as Dask transfers (counted by their arrays' bytes)
