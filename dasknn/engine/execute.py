@@ -18,7 +18,7 @@ from ..runtime.exchange import exchange_for
 from ..runtime.exchange.choice import choose_exchange
 from ..runtime.graph import PinnedGraph, ref
 from ..runtime.metrics import bytes_sent
-from ..runtime.recovery import Recovery, WorkersLost, memory_limits, watch, workers_info
+from ..runtime.recovery import Recovery, WorkersLost, memory_of, watch
 from ..runtime.worker_runs import close_run, run_figures
 from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest, resume_plan_store
 from .data_mode import data_chunk
@@ -190,8 +190,7 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: 
         # pipeline mode: the layers cut again for the workers of this pass (fewer after a loss), each stage within
         # the memory of the workers placed at it, where a cut can be
         entries = job.store.layer_entries()
-        limits = memory_limits(workers_info(client))
-        memory = {w: limits.get(w, min(limits.values())) for w in workers}
+        memory = memory_of(client, workers)
         placed = place_stages(job.stage_work, entries, layout.groups, memory, job.stage_entries_per_byte)
         layout.stages = out.stages = placed.stages
         held = {w: stage for w, (stage, _) in job.held_stages.items()}

@@ -14,7 +14,7 @@ from ..cost import Calibration, Prediction
 from ..errors import DasknnError
 from ..modes import AUTO, DATA, HYBRID, PIPELINE
 from ..runtime.dashboard import publish_traffic
-from ..runtime.recovery import Recovery, ensure_client, memory_limits, smallest_memory_limit, workers_info
+from ..runtime.recovery import Recovery, ensure_client, memory_of, smallest_memory_limit, workers_info
 from ..stages import place_stages, stage_capacity
 from ..store import location, open_results, open_store, read_results
 from .execute import Job, LayerBytes, Pass, execute
@@ -156,11 +156,11 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
     # limits may differ)
     per_byte = stage_capacity(weight_bytes, store.edges, 1.0, WEIGHTS_SHARE) if mode == PIPELINE else None
     if resident is None:
-        resident = (_placement(store, stage_work, g, _memory_of(client, workers), per_byte).fits
+        resident = (_placement(store, stage_work, g, memory_of(client, workers), per_byte).fits
                     if stage_work is not None else weight_bytes / g <= WEIGHTS_SHARE * memory)
 
     def shares(g: int, ws: list[str]) -> list[tuple[float, float]]:
-        return _shares(store, stage_work, resident, per_byte, g, _memory_of(client, ws))
+        return _shares(store, stage_work, resident, per_byte, g, memory_of(client, ws))
 
     job = _job(path, store, source, count, o, resident, g, workers, threads, memory, shares(g, workers),
                stage_work, per_byte)
@@ -209,12 +209,6 @@ def _placement(store, stage_work: np.ndarray, g: int, memory: dict[str, float], 
     workers = list(memory)
     groups = [workers[i:i + g] for i in range(0, len(workers), g)]
     return place_stages(stage_work, store.layer_entries(), groups, memory, per_byte)
-
-
-def _memory_of(client, workers: list[str]) -> dict[str, float]:
-    # each of ``workers``' memory limit, in their order
-    limits = memory_limits(workers_info(client))
-    return {w: limits.get(w, min(limits.values())) for w in workers}
 
 
 def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions, resident: bool, g: int,

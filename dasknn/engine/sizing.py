@@ -289,11 +289,10 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
         out.extend(one(g, out[0]) for g in sizes)
     k = stages or len(workers)
     if (pipeline or not data_suffices) and 1 < k <= store.depth and len(workers) % k == 0:
-        from ..runtime.recovery import memory_limits, workers_info
+        from ..runtime.recovery import memory_of
 
-        limits = memory_limits(workers_info(client))
         out.append(_pipeline_prediction(cal, store, images, threads, len(workers), k, chunks, dtype, memory,
-                                        weight_bytes, resident, [limits.get(w, memory) for w in workers]))
+                                        weight_bytes, resident, list(memory_of(client, workers).values())))
     return cal, out
 
 

@@ -133,6 +133,15 @@ def smallest_memory_limit(info: dict) -> float:
     return min(memory_limits(info).values())
 
 
+def memory_of(client, workers: list[str]) -> dict[str, float]:
+    """The memory limits of ``workers`` (:func:`memory_limits`), in their order, asked of the scheduler now; for one
+    that has left since it was counted, the smallest of those there are (the pass that counts on it fails as a
+    loss, and the recovery policy sizes the next for the workers there are then)."""
+    limits = memory_limits(workers_info(client))
+    smallest = min(limits.values(), default=0.0)
+    return {w: limits.get(w, smallest) for w in workers}
+
+
 def memory_limits(info: dict) -> dict[str, float]:
     """Each worker's memory limit (of ``info``, :func:`workers_info`), in bytes, by address; a worker without a
     limit counts as its share of this machine's memory."""
