@@ -49,8 +49,9 @@ def stage_cuts(work, stages: int, sizes=None, cap: float | Sequence[float] | Non
                          np.broadcast_to(np.asarray(cap, dtype=float), (stages,)))
         if cuts is not None:
             return cuts
-    by_work = _balanced(w, stages, np.zeros(depth), np.full(stages, np.inf))  # no cut fits: by work alone
-    assert by_work is not None  # (every cut of at most one stage per layer fits no cap)
+    # no cut fits: by work alone (without caps, any cut of at least one layer a stage is one)
+    by_work = _balanced(w, stages, np.zeros(depth), np.full(stages, np.inf))
+    assert by_work is not None
     return by_work
 
 

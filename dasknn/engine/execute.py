@@ -20,12 +20,12 @@ from ..runtime.graph import PinnedGraph, ref
 from ..runtime.metrics import bytes_sent
 from ..runtime.recovery import Recovery, WorkersLost, memory_of, watch
 from ..runtime.worker_runs import close_run, run_figures
+from ..stages import place_stages, stages_fit
 from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest, resume_plan_store
 from .data_mode import data_chunk
 from .exchange_plan import plan_on_workers
 from .inputs import InputSource, load_images
 from .model_mode import model_chunk
-from ..stages import place_stages, stages_fit
 from .pipeline_mode import Stage, keep_stage_places, pipeline_chunk, stage_weights
 from .owners import partition_owners
 from .sizing import compaction_layer, sync_layers

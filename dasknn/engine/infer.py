@@ -15,7 +15,7 @@ from ..errors import DasknnError
 from ..modes import AUTO, DATA, HYBRID, PIPELINE
 from ..runtime.dashboard import publish_traffic
 from ..runtime.recovery import Recovery, ensure_client, memory_of, smallest_memory_limit, workers_info
-from ..stages import place_stages, stage_capacity
+from ..stages import StagePlacement, place_stages, stage_capacity
 from ..store import location, open_results, open_store, read_results
 from .execute import Job, LayerBytes, Pass, execute
 from .groups import check_mode
@@ -203,7 +203,7 @@ def _shares(store, stage_work: np.ndarray | None, resident: bool, per_byte: floa
              min(memory[members[s]] for members in placed.groups)) for s, stage in enumerate(placed.stages)]
 
 
-def _placement(store, stage_work: np.ndarray, g: int, memory: dict[str, float], per_byte: float):
+def _placement(store, stage_work: np.ndarray, g: int, memory: dict[str, float], per_byte: float) -> StagePlacement:
     # pipeline mode: the stages for pipelines of g of the workers of the ``memory`` limits (in their order), placed
     # by those limits
     workers = list(memory)
