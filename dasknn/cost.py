@@ -35,7 +35,7 @@ from .kernels.warm import WarmSpec, warm_kernels
 from .modes import mode_of
 from .plan import local_block, plan_layer, received_rows
 from .runtime.exchange.choice import P2P_MESSAGE_SECONDS
-from .stages import place_stages, stage_capacity
+from .stages import place_stages, stage_capacity, stage_cuts
 from .store import LayerStream, open_inputs, open_store
 
 #: Multiply-adds a probe may spend (the probe runs on one worker before the timed run).
@@ -422,7 +422,8 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
                      memory_limits: list[float] | None = None) -> Prediction:
     """Predicted seconds of pipeline mode: ``workers / stages`` pipelines of ``stages`` workers, each holding the
     consecutive layers :func:`~dasknn.stages.place_stages` gives it (``memory_limits``: each worker's, where they
-    differ; else ``memory`` each).
+    differ; else ``memory`` each), or streaming the layers of the cut by work alone (``resident`` False; None:
+    resident where the stages fit).
 
     Each chunk runs each stage's layers with data mode's loop (its rate); a pipeline runs its chunks one stage
     time of its slowest stage apart, and the first chunk takes ``stages - 1`` more to fill it (as the last to
@@ -437,7 +438,10 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     limits = dict(zip(names, memory_limits or [memory] * len(names)))
     placed = place_stages(alive * nnz, nnz, [names[i:i + stages] for i in range(0, len(names), stages)], limits,
                           stage_capacity(weight_bytes, nnz.sum(), 1.0, weights_share))
-    cuts = placed.stages
+    fits = placed.fits
+    resident = fits if resident is None else resident
+    # streamed stages hold a few layers whatever their length: cut by work alone
+    cuts = placed.stages if resident else stage_cuts(alive * nnz, stages)
     per_thread = max(1.0, threads / workers)
     rate = cal.kernel_rates.get(1, cal.kernel_rate)
     chunk_images = images / max(1, chunks)
@@ -446,8 +450,6 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
                      for s in cuts]
     stage_share = max(float(nnz[s.first - 1:s.last].sum()) for s in cuts) / max(1.0, float(nnz.sum()))
     largest = weight_bytes * stage_share
-    fits = placed.fits
-    resident = fits if resident is None else resident
     per_pipeline = -(-chunks // pipelines)
     slowest = max(stage_seconds)
     compute = slowest * (per_pipeline / per_thread + stages - 1)

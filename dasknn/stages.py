@@ -153,5 +153,6 @@ def stages_fit(groups: list[list[str]], stages: list[Stage], sizes, memory: dict
     """Whether each pipeline's ``s``-th worker (of ``groups``) can hold ``stages[s]``: its layers' ``sizes`` within
     ``entries_per_byte`` entries per byte of the worker's ``memory`` limit."""
     size = np.asarray(sizes, dtype=float)
-    return all(size[stage.first - 1:stage.last].sum() <= entries_per_byte * memory[members[s]]
+    slack = 1e-9 * max(1.0, float(size.sum()))  # as the cut's own (_cut_within): a stage exactly at its cap fits
+    return all(size[stage.first - 1:stage.last].sum() <= entries_per_byte * memory[members[s]] + slack
                for members in groups for s, stage in enumerate(stages))

@@ -20,7 +20,7 @@ from ..runtime.graph import PinnedGraph, ref
 from ..runtime.metrics import bytes_sent
 from ..runtime.recovery import Recovery, WorkersLost, memory_of, watch
 from ..runtime.worker_runs import close_run, run_figures
-from ..stages import place_stages, stages_fit
+from ..stages import place_stages, stage_cuts, stages_fit
 from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest, resume_plan_store
 from .data_mode import data_chunk
 from .exchange_plan import plan_on_workers
@@ -186,9 +186,12 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: 
     enter = recovery.enter if recovery is not None else _unnamed
     layout = _Layout(run=uuid.uuid4().hex[:8], groups=[workers[i:i + g] for i in range(0, len(workers), g)])
     out.group_size, out.layer_bytes = g, LayerBytes.zeros(job.store.depth)
-    if job.stage_work is not None:
+    if job.stage_work is not None and not job.resident:
+        # pipeline mode, streamed: a stage holds a few layers however long it is, so the cut is by work alone
+        layout.stages = out.stages = stage_cuts(job.stage_work, g)
+    elif job.stage_work is not None:
         # pipeline mode: the layers cut again for the workers of this pass (fewer after a loss), each stage within
-        # the memory of the workers placed at it, where a cut can be
+        # the memory of the workers placed at it
         entries = job.store.layer_entries()
         memory = memory_of(client, workers)
         placed = place_stages(job.stage_work, entries, layout.groups, memory, job.stage_entries_per_byte)
@@ -197,7 +200,7 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: 
         kept = keep_stage_places(placed.groups, layout.stages, held)
         # the workers left keep their stages' layers, unless that puts a stage on a worker too small for it
         fits = stages_fit(kept, layout.stages, entries, memory, job.stage_entries_per_byte)
-        layout.groups = kept if fits or not job.resident else placed.groups
+        layout.groups = kept if fits else placed.groups
     try:
         if g > 1 and not layout.stages:
             _partition(client, job, workers, layout, out, enter)

@@ -22,7 +22,8 @@ from .groups import check_mode
 from .inputs import InputSource, stored_source
 from .options import InferenceOptions, options_with
 from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, part_stream_keep,
-                     partition_fits_worker, pipeline_chunks, predict_modes, stage_hold_bytes)
+                     partition_fits_worker, pipeline_chunks, pipeline_prediction, predict_modes,
+                     stage_hold_bytes)
 
 
 @dataclass
@@ -155,9 +156,18 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
     # pipeline mode: the stages cut so that each fits the workers placed at it where a cut can (their memory
     # limits may differ)
     per_byte = stage_capacity(weight_bytes, store.edges, 1.0, WEIGHTS_SHARE) if mode == PIPELINE else None
-    if resident is None:
-        resident = (_placement(store, stage_work, g, memory_of(client, workers), per_byte).fits
-                    if stage_work is not None else weight_bytes / g <= WEIGHTS_SHARE * memory)
+    if resident is None and stage_work is None:
+        resident = weight_bytes / g <= WEIGHTS_SHARE * memory
+    elif resident is None:
+        limits = memory_of(client, workers)
+        resident = _placement(store, stage_work, g, limits, per_byte).fits
+        if resident and calibration is not None:
+            # a cut whose every stage fits may be less balanced than the cut by work alone (workers of different
+            # memory): the stages are held only where the cost model predicts that faster than streaming them
+            held, streamed = (pipeline_prediction(calibration, store, count, threads, len(workers), g, o.chunks,
+                                                  o.dtype, memory, weight_bytes, r, list(limits.values()))
+                              for r in (True, False))
+            resident = held.seconds <= streamed.seconds
 
     def shares(g: int, ws: list[str]) -> list[tuple[float, float]]:
         return _shares(store, stage_work, resident, per_byte, g, memory_of(client, ws))

@@ -291,16 +291,16 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     if (pipeline or not data_suffices) and 1 < k <= store.depth and len(workers) % k == 0:
         from ..runtime.recovery import memory_of
 
-        out.append(_pipeline_prediction(cal, store, images, threads, len(workers), k, chunks, dtype, memory,
-                                        weight_bytes, resident, list(memory_of(client, workers).values())))
+        out.append(pipeline_prediction(cal, store, images, threads, len(workers), k, chunks, dtype, memory,
+                                       weight_bytes, resident, list(memory_of(client, workers).values())))
     return cal, out
 
 
-def _pipeline_prediction(cal, store, images: int, threads: int, workers: int, k: int, chunks: int | None,
-                         dtype: str, memory: float, weight_bytes: int, resident: bool | None,
-                         memory_limits: list[float] | None = None) -> Prediction:
-    # pipeline mode's prediction with the chunks it would run (at least two per stage of each pipeline), its
-    # stages placed by the workers' ``memory_limits``
+def pipeline_prediction(cal, store, images: int, threads: int, workers: int, k: int, chunks: int | None,
+                        dtype: str, memory: float, weight_bytes: int, resident: bool | None,
+                        memory_limits: list[float] | None = None) -> Prediction:
+    """Pipeline mode's prediction (:func:`~dasknn.cost.predict_pipeline`) with the chunks it would run
+    (:func:`pipeline_chunks`, where ``chunks`` is None), its stages placed by the workers' ``memory_limits``."""
     from ..cost import predict_pipeline
 
     nnz = store.layer_entries()

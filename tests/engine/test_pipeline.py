@@ -11,7 +11,7 @@ import pytest
 
 from dasknn import cost, engine, generate, modes, store
 from dasknn.cli import main
-from dasknn.engine.sizing import pipeline_chunks
+from dasknn.engine.sizing import pipeline_chunks, pipeline_prediction
 from dasknn.stages import Stage, stage_cuts
 
 
@@ -208,6 +208,8 @@ def test_pipeline_on_a_deeper_generated_network(client4, deep, resident):
     result = engine.infer(deep, client=client4, mode="pipeline", dtype="float64", resident=resident)
     np.testing.assert_array_equal(result.categories, store.open_inputs(deep).truth(np.float64))
     _check_stages(result.stages, 24, 4)
+    if not resident:  # streamed stages hold a few layers however long: cut by work alone (entries, unprobed)
+        assert result.stages == [s.as_list() for s in stage_cuts(store.open_store(deep).layer_entries(), 4)]
     assert result.tasks == result.chunks * 4
     if not resident:
         # each worker streamed its stage's layers only (nothing read past its stage), fetching them from the store
@@ -332,7 +334,9 @@ def test_workers_of_different_memory_hold_stages_cut_to_each_ones_memory(slice_s
 
     infer_module = importlib.import_module("dasknn.engine.infer")
     weights = store.open_store(slice_store).edges * 12  # float64 values and int32 indices
-    monkeypatch.setattr(infer_module, "WEIGHTS_SHARE", 4.5 / 12 * weights / 1.5e9)
+    share = 4.5 / 12 * weights / 1.5e9
+    monkeypatch.setattr(infer_module, "WEIGHTS_SHARE", share)
+    monkeypatch.setattr(importlib.import_module("dasknn.engine.sizing"), "WEIGHTS_SHARE", share)
     spec = {name: {"cls": Nanny, "options": {"nthreads": 1, "memory_limit": limit}}
             for name, limit in (("large", 3e9), ("small", 1.5e9))}
     with SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}}, workers=spec,
@@ -343,3 +347,19 @@ def test_workers_of_different_memory_hold_stages_cut_to_each_ones_memory(slice_s
         names = {w["name"]: address for address, w in client.scheduler_info()["workers"].items()}
         holders = client.who_has(futures_of(result.activations))
         assert {w for ws in holders.values() for w in ws} == {names["large"]}  # the last stage's worker
+        # calibrated, a cut that fits is held only where the cost model predicts that faster than streaming the cut
+        # by work alone
+        explained = engine.infer(slice_store, client=client, mode="pipeline", dtype="float64", explain=True)
+        np.testing.assert_array_equal(explained.categories, slice_truth)
+        held, streamed = (pipeline_prediction(explained.calibration, store.open_store(slice_store), 1000, 2, 2, 2,
+                                              None, "float64", 1.5e9, weights, r, [1.5e9, 3e9]) for r in (True, False))
+        assert held.resident and held.fits and not streamed.resident
+        assert explained.resident == (held.seconds <= streamed.seconds)
+        if not explained.resident:
+            assert explained.stages == [s.as_list() for s in stage_cuts(_probed_work(slice_store, explained), 2)]
+
+
+def _probed_work(path, result) -> np.ndarray:
+    # each layer's work as a calibrated run weighs it: its entries x the share of images the probe saw alive
+    s = store.open_store(path)
+    return s.layer_entries() * cost.alive_per_layer(result.calibration, s.depth)
