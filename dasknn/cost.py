@@ -317,6 +317,17 @@ def _loop_macs(yt: np.ndarray, layers: list[tuple], store) -> float:
     return macs
 
 
+def tiles_in_use(alive: np.ndarray, chunk_images: float, tile: int) -> np.ndarray:
+    """Per layer, the share of a chunk's tiles (of ``tile`` images) still holding a live image when the layer runs,
+    where ``alive`` is the share of its images alive then (the survivors are gathered into as few tiles as hold
+    them). Data mode's loop is timed on tiles whose images all live (:func:`kernel_rate`), and a tile costs about
+    as much part-empty as full: measured on 250 images through a generated 16,384 x 120 network, 40 % of them
+    dying, 3.7e9 multiply-adds/s counted by live images against 4.8e9 with none dying."""
+    n = max(1.0, float(chunk_images))
+    full = np.ceil(n / tile)
+    return np.ceil(np.asarray(alive, dtype=float) * n / tile - 1e-9) / full
+
+
 def _per_layer(values: list[float], depth: int) -> np.ndarray:
     out = np.asarray(values + [values[-1] if values else 1.0] * (depth - len(values)), dtype=float)[:depth]
     return out
@@ -341,6 +352,7 @@ def predict(
     setup: float = 0.0,
     volumes_from: str = "",
     transport: str = "tasks",
+    tile: int = 0,
 ) -> Prediction:
     """Predicted seconds of a run with groups of ``group_size`` workers (1: data mode).
 
@@ -358,6 +370,9 @@ def predict(
         Model and hybrid modes: seconds of one-time setup this run pays first (:func:`setup_seconds`), added.
     volumes_from
         Where ``volumes`` came from, recorded in the prediction (see :class:`Prediction`).
+    tile
+        Data mode: the images of one of the kernel's tiles (:func:`~dasknn.kernels.tile_for`), so that the tiles
+        left part-empty as images die are counted (:func:`tiles_in_use`); 0: the live images alone.
     transport
         Model and hybrid modes: how the messages travel: ``"tasks"`` (a task per part and layer, and picks) or
         ``"p2p"`` (a task per part and chunk, and a message per pair and layer sent by the workers themselves,
@@ -373,7 +388,9 @@ def predict(
     per_thread = threads / workers
     # the same multiply-adds in every mode, spread over the threads that have chunks to run
     busy_threads = min(threads, chunks * g * per_thread) if g > 1 else min(threads, chunks)
-    macs = images * float(np.dot(alive, layer_nnz))
+    # data mode's rate is its loop's on full tiles: what it pays is the tiles in use, not the live images
+    used = tiles_in_use(alive, images / max(1, chunks), tile) if g == 1 and tile else alive
+    macs = images * float(np.dot(used, layer_nnz))
     compute = macs / (cal.kernel_rates.get(g, cal.kernel_rate) * busy_threads)
     exchange = read = 0.0
     if not resident:
@@ -419,7 +436,7 @@ def alive_per_layer(cal: Calibration, depth: int) -> np.ndarray:
 def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, weight_bytes: float, memory: float,
                      workers: int, threads: int, chunks: int, stages: int, neurons: int, itemsize: int,
                      weights_share: float, resident: bool | None = None,
-                     memory_limits: list[float] | None = None) -> Prediction:
+                     memory_limits: list[float] | None = None, tile: int = 0) -> Prediction:
     """Predicted seconds of pipeline mode: ``workers / stages`` pipelines of ``stages`` workers, each holding the
     consecutive layers :func:`~dasknn.stages.place_stages` gives it (``memory_limits``: each worker's, where they
     differ; else ``memory`` each), or streaming the layers of the cut by work alone (``resident`` False; None:
@@ -446,7 +463,8 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     rate = cal.kernel_rates.get(1, cal.kernel_rate)
     chunk_images = images / max(1, chunks)
     # each stage's seconds on one chunk, and each stage's share of the weights
-    stage_seconds = [chunk_images * float(np.dot(alive[s.first - 1:s.last], nnz[s.first - 1:s.last])) / rate
+    used = tiles_in_use(alive, chunk_images, tile) if tile else alive  # (the loop's rate is on full tiles)
+    stage_seconds = [chunk_images * float(np.dot(used[s.first - 1:s.last], nnz[s.first - 1:s.last])) / rate
                      for s in cuts]
     stage_share = max(float(nnz[s.first - 1:s.last].sum()) for s in cuts) / max(1.0, float(nnz.sum()))
     largest = weight_bytes * stage_share

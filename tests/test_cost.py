@@ -333,6 +333,21 @@ def test_the_probe_samples_two_tiles_at_least_and_steps_into_two_buffers(slice_s
     assert None not in timed and len(set(timed)) <= 2
 
 
+def test_tiles_in_use_count_a_part_empty_tile_as_a_full_one():
+    # 250 images in tiles of 128: two tiles while more than 128 live, one below, none when all died
+    used = cost.tiles_in_use(np.array([1.0, 0.9, 0.6, 0.5, 0.2, 0.0]), 250, 128)
+    np.testing.assert_allclose(used, [1, 1, 1, 0.5, 0.5, 0])
+    np.testing.assert_allclose(cost.tiles_in_use(np.array([1.0, 0.75]), 1024, 256), [1, 0.75])  # exact multiples
+
+
+def test_data_mode_pays_for_the_tiles_its_dying_images_leave_in_use():
+    cal = _cal(alive=[1.0, 0.6, 0.6])  # 250-image chunks: 150 live images still fill two tiles of 128
+    by_images, by_tiles = _predict(cal, 1), _predict(cal, 1, tile=128)
+    assert by_tiles.compute == pytest.approx(by_images.compute * 3 / 2.2)  # (1 + 0.6 + 0.6) of 3 layers' work
+    assert _predict(cal, 1, tile=32).compute < by_tiles.compute  # narrower tiles: 150 images in 5 of 8
+    assert _predict(cal, 2, tile=128).compute == pytest.approx(_predict(cal, 2).compute)  # model mode: its steps'
+
+
 def test_loop_bytes_counts_the_layers_and_the_activations_tiles():
     # a 65,536-wide float64 layer (25 MB) over a 128-image tile (67 MB): 2 layers within LOOP_BYTES
     assert cost.loop_bytes(25 << 20, 67 << 20) == 2 * (25 << 20) + 7 * (67 << 20)

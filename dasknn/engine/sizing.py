@@ -262,7 +262,8 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
                                 workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
                                 volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE,
                                 sync_every=sync_every, resident=res, setup=setup, volumes_from=source,
-                                transport=t) for t in (transports if g > 1 else ["tasks"])),
+                                transport=t, tile=tile_for(store.neurons, itemsize))
+                        for t in (transports if g > 1 else ["tasks"])),
                        key=lambda p: p.seconds)
 
         if g == 1:
@@ -309,7 +310,8 @@ def pipeline_prediction(cal, store, images: int, threads: int, workers: int, k: 
     return predict_pipeline(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
                             workers=workers, threads=threads, chunks=min(n_chunks, images), stages=k,
                             neurons=store.neurons, itemsize=np.dtype(dtype).itemsize, weights_share=WEIGHTS_SHARE,
-                            resident=resident, memory_limits=memory_limits)  # (None: resident where it fits)
+                            resident=resident, memory_limits=memory_limits,  # (None: resident where it fits)
+                            tile=tile_for(store.neurons, np.dtype(dtype).itemsize))
 
 
 def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,

@@ -269,6 +269,8 @@ def test_pipeline_prediction_fill_drain_boundary_and_memory():
     # images dead after the first layers: the later layers are cheaper, and the cut follows the work
     lighter = _predict(_cal(alive=[1.0, 0.5, 0.25, 0.25]))
     assert lighter.compute < p.compute
+    # ... unless the survivors still fill the chunk's tiles: 125 of 250 images in tiles of 128 fill one of two
+    assert _predict(_cal(alive=[1.0, 0.5, 0.5, 0.5]), tile=128).compute == pytest.approx(p.compute * 0.75)
     # the largest stage (half the weights) must fit a quarter of the memory
     assert not _predict(_cal(), memory=4 * 24_000 - 1, resident=True).fits
     assert _predict(_cal(), memory=4 * 24_000).fits
