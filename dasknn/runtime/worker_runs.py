@@ -41,7 +41,8 @@ class Runs:
     def __init__(self) -> None:
         self._runs: dict[str, RunObject] = {}
         #: the runs closed here lately (a late message for one must not bring it back)
-        self._closed: deque[str] = deque(maxlen=CLOSED_KEPT)
+        self._closed: deque[str] = deque()
+        self._closed_ids: set[str] = set()  # the same, to look up (every message that arrives asks)
         self._lock = threading.Lock()
 
     def get(self, spec: RunSpec) -> Any:
@@ -55,7 +56,7 @@ class Runs:
     def get_open(self, spec: RunSpec) -> Any | None:
         """:meth:`get`, but None for a run closed here already."""
         with self._lock:
-            if spec.run in self._closed:
+            if spec.run in self._closed_ids:
                 return None
         return self.get(spec)
 
@@ -68,7 +69,11 @@ class Runs:
         """Close the object of ``run`` (if any) and forget it; return it, closed."""
         with self._lock:
             found = self._runs.pop(run, None)
-            self._closed.append(run)
+            if run not in self._closed_ids:
+                self._closed.append(run)
+                self._closed_ids.add(run)
+                if len(self._closed) > CLOSED_KEPT:
+                    self._closed_ids.discard(self._closed.popleft())
         if found is not None:
             found.close()
         return found

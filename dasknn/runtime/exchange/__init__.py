@@ -41,6 +41,11 @@ class ExchangeFailed(Exception):
     """The run this endpoint belongs to was failed (a lost worker, its end): a part waiting for messages stops."""
 
 
+class PeerUnreachable(ExchangeFailed, ConnectionError):
+    """A message of the run could not be written to its receiver's worker (gone, or cut off): a connection error,
+    so the recovery policy looks for a lost worker as it does after any failed connection."""
+
+
 class Endpoint:
     """One run's end of the exchange on one worker: the bytes sent from here to parts on other workers, by message
     (tag, sender, receiver), and (for a transport that delivers messages itself, not as task arguments) the
@@ -52,9 +57,11 @@ class Endpoint:
         self.sent: dict[tuple[Hashable, int, int], int] = {}
         self.inbox: dict[tuple[Hashable, int, int], tuple[Any, int]] = {}  # message, and its bytes
         self.delivered: set[tuple[Hashable, int, int]] = set()  # (a retried send is dropped)
-        self.waiting: set[tuple[Hashable, int]] = set()  # (tag, receiver) a part waits for now
+        #: by (tag, receiver) a part waits for now, the messages it waits for
+        self.waiting: dict[tuple[Hashable, int], list[tuple[Hashable, int, int]]] = {}
         self.unread_bytes = 0
         self.failed: str | None = None
+        self._failure: type[ExchangeFailed] = ExchangeFailed
         self._ready = threading.Condition()
 
     def count(self, tag: Hashable, sender: int, receiver: int, nbytes: int) -> None:
@@ -72,12 +79,21 @@ class Endpoint:
             self.delivered.add(key)
             self.inbox[key] = (payload, nbytes)
             self.unread_bytes += nbytes
-            self._ready.notify_all()
+            wanted = self.waiting.get((tag, receiver))
+            # the waiting part is woken once, by its last message (a wake-up per message cost every part a thread
+            # switch per sender and layer)
+            if wanted is not None and all(k in self.inbox for k in wanted):
+                self._ready.notify_all()
             return True
 
     def awaits(self, tag: Hashable, receiver: int) -> bool:
         """Whether a part here waits for messages under ``tag`` now (they are let in past a full buffer)."""
         return (tag, receiver) in self.waiting
+
+    def check(self) -> None:
+        """Raise what failed the run here, if it was failed (a sending task stops at once)."""
+        if self.failed is not None:
+            raise self._failure(self.failed)
 
     def _pop(self, keys: list) -> list:
         # the messages of keys, no longer kept (the lock held)
@@ -93,22 +109,21 @@ class Endpoint:
         the worker's thread slot) as long as ``timeout``; they are no longer kept."""
         keys = [(tag, p, receiver) for p in senders]
         with self._ready:
-            self.waiting.add((tag, receiver))
+            self.waiting[(tag, receiver)] = keys
             # a short wait keeps the thread's slot: leaving the pool and coming back costs more than most waits
             # (the parts run in step, so the last message of a layer is seldom far behind)
             self._ready.wait_for(lambda: self.failed is not None or all(k in self.inbox for k in keys),
                                  HOLD_SECONDS)
             if self.failed is None and all(k in self.inbox for k in keys):
-                self.waiting.discard((tag, receiver))
+                del self.waiting[(tag, receiver)]
                 return self._pop(keys)
         deadline = time.monotonic() + timeout
         with seceded(), self._ready:
             while True:
-                if self.failed is not None:
-                    raise ExchangeFailed(self.failed)
+                self.check()
                 missing = [k for k in keys if k not in self.inbox]
                 if not missing:
-                    self.waiting.discard((tag, receiver))
+                    del self.waiting[(tag, receiver)]
                     return self._pop(keys)
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -118,10 +133,13 @@ class Endpoint:
                                       f"{missing[0][1]}, which never came; see that part's worker's log")
                 self._ready.wait(min(left, 1.0))
 
-    def fail(self, reason: str) -> None:
-        """Fail the run here: every part waiting for a message stops with :class:`ExchangeFailed`."""
+    def fail(self, reason: str, unreachable: bool = False) -> None:
+        """Fail the run here: every part waiting for a message stops with :class:`ExchangeFailed` (with
+        :class:`PeerUnreachable` where a message could not be written to its receiver's worker)."""
         with self._ready:
-            self.failed = reason
+            if self.failed is None:
+                self.failed = reason
+                self._failure = PeerUnreachable if unreachable else ExchangeFailed
             self._ready.notify_all()
 
     def close(self) -> None:

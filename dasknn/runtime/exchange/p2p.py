@@ -4,37 +4,50 @@ reads it, over Dask's own comms (the workers' TCP, TLS or UCX connections), afte
 task per message, no task per pair of parts; a receiving task takes no argument for it and waits for it out of its
 worker's thread slot (:meth:`~dasknn.runtime.exchange.Endpoint.take`).
 
-Each worker keeps one stream (a connection of Dask's comms) to each peer it sends to, opened on first use, and
-writes its messages down it one after another without awaiting an answer. On the receiving end a stream handler
-(``dasknn_exchange``, added to every worker by the ``PeerPlugin``) reads them as they come, finds each message's run
-by the spec it carries (making the run's object if no task of the run has run there yet) and keeps the message in
-the run's :class:`~dasknn.runtime.exchange.Endpoint` (a duplicate dropped, a message for a run already closed there
-dropped). While the messages kept and not yet read take more than :data:`BUFFER_BYTES`, it stops reading (unless a
-part there waits for that very message): the stream fills and the sender's write waits (back-pressure).
+The sending task encodes its messages (pickled, in its own thread) and leaves them in its worker's
+:class:`_Outbox`, which writes them from the worker's event loop: one stream (a connection of Dask's comms) to each
+peer, opened on first use, every message queued for that peer written in one frame, no answer awaited. The task does
+not wait for the writes (a hand-over to the event loop and back per step cost more than the message), only for room
+while the messages queued on its worker and not yet written take more than :data:`OUTBOX_BYTES` (back-pressure). A
+message that cannot be written (its peer gone or cut off) fails the run's endpoint on the sending worker: its parts
+stop with :class:`~dasknn.runtime.exchange.PeerUnreachable` at their next message, and the recovery policy follows.
+
+On the receiving end a stream handler (``dasknn_exchange``, added to every worker by the ``PeerPlugin``) reads the
+frames as they come, finds each message's run by the spec it carries (making the run's object if no task of the run
+has run there yet) and keeps the message, still encoded, in the run's :class:`~dasknn.runtime.exchange.Endpoint` (a
+duplicate dropped, a message for a run already closed there dropped); the receiving task decodes it. While the
+messages kept and not yet read take more than :data:`BUFFER_BYTES`, it stops reading (unless a part there waits for
+that very message): the stream fills and the sender's writes wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import pickle
+import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from . import Endpoint
+from . import Endpoint, PeerUnreachable, seceded
 
 #: The handler's name on every worker: a peer opens a stream with it, then writes messages down that stream.
 HANDLER = "dasknn_exchange"
 #: The plugin's name (registered once per cluster).
 PLUGIN = "dasknn-peer-exchange"
-#: The worker's open streams to its peers, among its extensions.
+#: The worker's outbox (its open streams to its peers, the messages queued for them), among its extensions.
 STREAMS = "dasknn-peer-streams"
-#: Seconds a write down a stream may take before the sending task fails (a peer cut off: the run's recovery follows
-#: rather than a thread stuck for as long as TCP retries).
+#: Seconds a write down a stream may take before its messages' runs fail here (a peer cut off: the run's recovery
+#: follows rather than a write stuck for as long as TCP retries); a sending task waits as long for room in the
+#: outbox.
 WRITE_SECONDS = 30.0
 #: Bytes of messages a worker keeps unread before it stops reading its streams (the senders then wait, as TCP does:
 #: back-pressure); ``DASKNN_EXCHANGE_BUFFER`` overrides it.
 BUFFER_BYTES = int(os.environ.get("DASKNN_EXCHANGE_BUFFER", str(1 << 30)))
+#: Bytes of messages a worker keeps queued and not yet written before a sending task waits for room;
+#: ``DASKNN_EXCHANGE_OUTBOX`` overrides it.
+OUTBOX_BYTES = int(os.environ.get("DASKNN_EXCHANGE_OUTBOX", str(256 << 20)))
 
 
 def _plugin_class():
@@ -51,9 +64,9 @@ def _plugin_class():
             worker.handlers[HANDLER] = _handler(worker)
 
         async def teardown(self, worker) -> None:
-            streams = worker.extensions.pop(STREAMS, None)
-            if streams is not None:
-                await streams.close()
+            outbox = worker.extensions.pop(STREAMS, None)
+            if outbox is not None:
+                await outbox.close()
 
     return PeerPlugin
 
@@ -66,63 +79,122 @@ def _handler(worker):
     from ..worker_runs import runs_of
 
     async def stream_in(comm, **_) -> None:
-        from distributed.protocol import deserialize_bytes
-
         while not comm.closed():
             try:
-                message = await comm.read()
+                frame = await comm.read()
             except (CommClosedError, OSError):
                 return
-            spec, tag, sender, receiver, nbytes = deserialize_bytes(message["head"])
-            found = runs_of(worker).get_open(spec)
-            if found is None:  # a message for a run that ended here already (a late one): nothing waits for it
-                continue
-            endpoint: Endpoint = found.endpoint
-            while (endpoint.unread_bytes > BUFFER_BYTES and not endpoint.awaits(tag, receiver)
-                   and endpoint.failed is None):
-                await asyncio.sleep(0.005)
-            # (the payload stays bytes here: the receiving task decodes it, off the worker's event loop)
-            endpoint.deliver(tag, sender, receiver, Encoded(message["body"]), nbytes)
+            parts = frame["messages"]
+            for head, body in zip(parts[::2], parts[1::2]):
+                spec, tag, sender, receiver, nbytes = pickle.loads(head)
+                found = runs_of(worker).get_open(spec)
+                if found is None:  # a message for a run that ended here already (a late one): nothing waits for it
+                    continue
+                endpoint: Endpoint = found.endpoint
+                while (endpoint.unread_bytes > BUFFER_BYTES and not endpoint.awaits(tag, receiver)
+                       and endpoint.failed is None):
+                    await asyncio.sleep(0.005)
+                # (the payload stays bytes here: the receiving task decodes it, off the worker's event loop)
+                endpoint.deliver(tag, sender, receiver, Encoded(body), nbytes)
 
     return stream_in
 
 
 @dataclass(frozen=True)
 class Encoded:
-    """A message's payload as it came off the stream (Dask's serialisation, as bytes), decoded by the task that
-    collects it (:meth:`PeerExchange.collect`)."""
+    """A message's payload as it came off the stream (pickled), decoded by the task that collects it
+    (:meth:`PeerExchange.collect`)."""
 
     data: bytes
 
 
-class _Streams:
-    """One worker's streams to its peers: one connection each, opened on first use, messages written one after
-    another (no answer awaited: the receiver's reading paces the sender)."""
+@dataclass(frozen=True)
+class Outgoing:
+    """A message queued in a worker's outbox: its head (run, tag, sender, receiver, bytes) and payload, encoded, and
+    the sending run's endpoint (failed here if the message cannot be written)."""
+
+    head: bytes
+    body: bytes
+    endpoint: Endpoint
+
+    @property
+    def size(self) -> int:
+        return len(self.head) + len(self.body)
+
+
+class _Outbox:
+    """One worker's messages on their way out: queued by peer by the sending tasks (any thread), written by the
+    worker's event loop, each peer's queue in one frame down that peer's stream (see the module's description)."""
 
     def __init__(self, worker) -> None:
         self.worker = worker
         self.comms: dict[str, object] = {}
-        self.locks: dict[str, asyncio.Lock] = {}
+        self._queued: dict[str, list[Outgoing]] = {}
+        self._writing: set[str] = set()  # the peers a writer of the event loop serves now
+        self._bytes = 0  # queued or being written
+        self._flush_due = False  # a flush is scheduled on the event loop
+        self._writers: set[asyncio.Task] = set()  # (the event loop keeps only weak references to its tasks)
+        self._room = threading.Condition()
 
-    async def send(self, address: str, message) -> None:
+    def put(self, messages: list[tuple[str, Outgoing]]) -> None:
+        """Queue ``messages`` (each with its peer's address) from a task's thread, once the outbox has room."""
+        size = sum(m.size for _, m in messages)
+        with self._room:
+            if self._bytes + size > OUTBOX_BYTES and self._bytes > 0:
+                with seceded():  # (the writes that make room may wait on peers that wait on this worker's tasks)
+                    if not self._room.wait_for(lambda: self._bytes + size <= OUTBOX_BYTES or self._bytes == 0,
+                                               WRITE_SECONDS):
+                        raise PeerUnreachable(f"the exchange's messages found no room in {WRITE_SECONDS:.0f} s: "
+                                              f"{self._bytes} bytes were still waiting to be written to peers")
+            for address, message in messages:
+                self._queued.setdefault(address, []).append(message)
+            self._bytes += size
+            schedule, self._flush_due = not self._flush_due, True
+        if schedule:
+            self.worker.loop.add_callback(self._flush)
+
+    def _flush(self) -> None:
+        # on the event loop: a writer for each peer with messages queued that has none
+        with self._room:
+            self._flush_due = False
+            ready = [a for a, queue in self._queued.items() if queue and a not in self._writing]
+            self._writing.update(ready)
+        for address in ready:
+            writer = asyncio.ensure_future(self._write(address))
+            self._writers.add(writer)
+            writer.add_done_callback(self._writers.discard)
+
+    async def _write(self, address: str) -> None:
+        # down the peer's stream, every message queued for it, frame after frame, until none is left
         from distributed.comm import CommClosedError, connect
 
-        lock = self.locks.setdefault(address, asyncio.Lock())
-        async with lock:  # (two tasks' messages to one peer: whole frames, one after the other)
-            comm = self.comms.get(address)
+        while True:
+            with self._room:
+                batch = self._queued.pop(address, None)
+                if not batch:
+                    self._writing.discard(address)
+                    return
             try:
+                comm = self.comms.get(address)
                 if comm is None or comm.closed():
                     comm = await connect(address, **self.worker.connection_args)
                     await comm.write({"op": HANDLER, "reply": False})
                     self.comms[address] = comm
-                await asyncio.wait_for(comm.write(message), WRITE_SECONDS)
-            except (CommClosedError, OSError, asyncio.TimeoutError):
-                # a peer that left or was cut off: the task fails, the run's recovery follows; the stream, maybe
-                # cut in the middle of a frame, is not used again
+                frame = {"messages": [part for m in batch for part in (m.head, m.body)]}
+                await asyncio.wait_for(comm.write(frame), WRITE_SECONDS)
+            except (CommClosedError, OSError, asyncio.TimeoutError) as error:
+                # a peer that left or was cut off: the runs of these messages fail here, their recovery follows;
+                # the stream, maybe cut in the middle of a frame, is not used again
                 dropped = self.comms.pop(address, None)
                 if dropped is not None:
                     dropped.abort()
-                raise
+                reason = f"could not send to {address}: {type(error).__name__}: {error}"
+                for endpoint in {id(m.endpoint): m.endpoint for m in batch}.values():
+                    endpoint.fail(reason, unreachable=True)
+            finally:
+                with self._room:
+                    self._bytes -= sum(m.size for m in batch)
+                    self._room.notify_all()
 
     async def close(self) -> None:
         for comm in self.comms.values():
@@ -130,9 +202,9 @@ class _Streams:
         self.comms.clear()
 
 
-def _streams(worker) -> _Streams:
-    # this worker's streams (made on first use, in its extensions)
-    return worker.extensions.setdefault(STREAMS, _Streams(worker))
+def _outbox(worker) -> _Outbox:
+    # this worker's outbox (made on first use, in its extensions)
+    return worker.extensions.setdefault(STREAMS, _Outbox(worker))
 
 
 @dataclass(frozen=True)
@@ -155,9 +227,8 @@ class PeerExchange:
              messages: dict[int, Any], shared: Any = None) -> None:
         from dask.sizeof import sizeof
         from distributed import get_worker
-        from distributed.protocol import serialize_bytes
-        from distributed.utils import sync
 
+        endpoint.check()  # (a message of the run could not be sent before: stop here, not at the next wait)
         worker = get_worker()
         remote = []
         for r in recipients:
@@ -168,19 +239,13 @@ class PeerExchange:
                 continue
             endpoint.count(tag, sender, r, nbytes)
             # encoded here, in the task's thread, not by the event loop every stream of the worker shares
-            remote.append((self.workers[r], {"head": serialize_bytes((endpoint.owner, tag, sender, r, nbytes)),
-                                             "body": serialize_bytes(payload)}))
+            remote.append((self.workers[r], Outgoing(
+                pickle.dumps((endpoint.owner, tag, sender, r, nbytes), protocol=pickle.HIGHEST_PROTOCOL),
+                pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL), endpoint)))
         if remote:
-            sync(worker.loop, _send_all, _streams(worker), remote)
+            _outbox(worker).put(remote)
 
     def collect(self, endpoint: Endpoint, tag: Hashable, receiver: int, senders: tuple[int, ...],
                 args: list) -> list[tuple[Any, Any]]:
-        from distributed.protocol import deserialize_bytes
-
-        return [deserialize_bytes(m.data) if isinstance(m, Encoded) else m
+        return [pickle.loads(m.data) if isinstance(m, Encoded) else m
                 for m in endpoint.take(tag, receiver, senders)]
-
-
-async def _send_all(streams: _Streams, remote: list[tuple[str, object]]) -> None:
-    # every message at once, each down its peer's stream
-    await asyncio.gather(*(streams.send(address, message) for address, message in remote))
