@@ -166,3 +166,44 @@ def test_training_counts_what_p2p_moves_past_dask(client):
                          client=client, seed=5, max_steps=4, partition="random", exchange=ex).bytes_sent
             for ex in ("tasks", "p2p")}
     assert 0.8 * sent["tasks"] <= sent["p2p"] <= 1.05 * sent["tasks"], sent
+
+
+def _unreachable_send() -> str:
+    # in a task on a worker: a message for a part on a worker that is not there (nothing listens on port 9)
+    import dask
+
+    from dasknn.runtime.exchange import Endpoint, PeerUnreachable
+    from dasknn.runtime.exchange.p2p import PeerExchange
+    from distributed import get_worker
+
+    endpoint = Endpoint()
+    exchange = PeerExchange((get_worker().address, "tcp://127.0.0.1:9"))
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        exchange.post(endpoint, "l2", 0, (1,), {1: np.ones(3)})  # (returns at once: the event loop writes it)
+        try:
+            endpoint.take("l3", 0, (1,), timeout=60)
+        except PeerUnreachable as error:
+            try:
+                exchange.post(endpoint, "l3", 0, (1,), {1: np.ones(3)})
+            except PeerUnreachable:
+                return f"unreachable: {error}"
+            return "the next post went on"
+    return "the wait ended without the failure"
+
+
+def test_a_message_that_cannot_be_written_fails_its_run_on_the_sender(client):
+    # the sending task does not wait for its writes: a write that fails must stop the run's parts on the sending
+    # worker (at their next wait, and at their next post), as a connection error the recovery policy looks into
+    outcome = client.submit(_unreachable_send, pure=False).result(timeout=120)
+    assert outcome.startswith("unreachable: could not send to tcp://127.0.0.1:9"), outcome
+
+
+def test_a_full_outbox_makes_the_sender_wait_and_the_run_still_finishes(monkeypatch, slice_store, slice_truth):
+    # an outbox of 1 byte: every sending task waits until the messages before it are written (back-pressure on
+    # the sender), several chunks on one-thread workers, and the run still ends with the truth
+    from dasknn.cluster import local_client
+
+    monkeypatch.setenv("DASKNN_EXCHANGE_OUTBOX", "1")  # (read by the worker processes as they import dasknn)
+    with local_client(workers=2, threads_per_worker=1) as small:
+        result = engine.infer(slice_store, client=small, mode="model", chunks=3, exchange="p2p")
+    np.testing.assert_array_equal(result.categories, slice_truth)

@@ -79,6 +79,7 @@ def _handler(worker):
     from ..worker_runs import runs_of
 
     async def stream_in(comm, **_) -> None:
+        spec_seen, endpoint = None, None  # the run of the last message (most messages of a stream are of one run)
         while not comm.closed():
             try:
                 frame = await comm.read()
@@ -87,10 +88,12 @@ def _handler(worker):
             parts = frame["messages"]
             for head, body in zip(parts[::2], parts[1::2]):
                 spec, tag, sender, receiver, nbytes = pickle.loads(head)
-                found = runs_of(worker).get_open(spec)
-                if found is None:  # a message for a run that ended here already (a late one): nothing waits for it
-                    continue
-                endpoint: Endpoint = found.endpoint
+                if spec != spec_seen or endpoint.failed is not None:
+                    found = runs_of(worker).get_open(spec)
+                    if found is None:  # a message for a run that ended here already (a late one): nothing waits
+                        spec_seen = None
+                        continue
+                    spec_seen, endpoint = spec, found.endpoint
                 while (endpoint.unread_bytes > BUFFER_BYTES and not endpoint.awaits(tag, receiver)
                        and endpoint.failed is None):
                     await asyncio.sleep(0.005)
@@ -130,22 +133,28 @@ class _Outbox:
         self.worker = worker
         self.comms: dict[str, object] = {}
         self._queued: dict[str, list[Outgoing]] = {}
-        self._writing: set[str] = set()  # the peers a writer of the event loop serves now
         self._bytes = 0  # queued or being written
         self._flush_due = False  # a flush is scheduled on the event loop
-        self._writers: set[asyncio.Task] = set()  # (the event loop keeps only weak references to its tasks)
+        #: each peer's writer (a task of the event loop, made on first use) and what wakes it
+        self._writers: dict[str, tuple[asyncio.Task, asyncio.Event]] = {}
         self._room = threading.Condition()
 
     def put(self, messages: list[tuple[str, Outgoing]]) -> None:
         """Queue ``messages`` (each with its peer's address) from a task's thread, once the outbox has room."""
         size = sum(m.size for _, m in messages)
         with self._room:
-            if self._bytes + size > OUTBOX_BYTES and self._bytes > 0:
-                with seceded():  # (the writes that make room may wait on peers that wait on this worker's tasks)
-                    if not self._room.wait_for(lambda: self._bytes + size <= OUTBOX_BYTES or self._bytes == 0,
-                                               WRITE_SECONDS):
-                        raise PeerUnreachable(f"the exchange's messages found no room in {WRITE_SECONDS:.0f} s: "
-                                              f"{self._bytes} bytes were still waiting to be written to peers")
+            full = self._bytes + size > OUTBOX_BYTES and self._bytes > 0
+        if full:
+            # out of the thread slot while the writes make room (they may wait on peers that wait on this worker's
+            # tasks), and the lock let go before the slot is taken back (the event loop's writers take the lock)
+            with seceded():
+                with self._room:
+                    roomy = self._room.wait_for(lambda: self._bytes + size <= OUTBOX_BYTES or self._bytes == 0,
+                                                WRITE_SECONDS)
+            if not roomy:
+                raise PeerUnreachable(f"the exchange's messages found no room in {WRITE_SECONDS:.0f} s: "
+                                      f"{self._bytes} bytes were still waiting to be written to peers")
+        with self._room:
             for address, message in messages:
                 self._queued.setdefault(address, []).append(message)
             self._bytes += size
@@ -154,52 +163,65 @@ class _Outbox:
             self.worker.loop.add_callback(self._flush)
 
     def _flush(self) -> None:
-        # on the event loop: a writer for each peer with messages queued that has none
+        # on the event loop: wake the writer of each peer with messages queued (made on first use)
         with self._room:
             self._flush_due = False
-            ready = [a for a, queue in self._queued.items() if queue and a not in self._writing]
-            self._writing.update(ready)
+            ready = [a for a, queue in self._queued.items() if queue]
         for address in ready:
-            writer = asyncio.ensure_future(self._write(address))
-            self._writers.add(writer)
-            writer.add_done_callback(self._writers.discard)
+            if address not in self._writers:
+                wake = asyncio.Event()
+                self._writers[address] = (asyncio.ensure_future(self._write(address, wake)), wake)
+            self._writers[address][1].set()
 
-    async def _write(self, address: str) -> None:
-        # down the peer's stream, every message queued for it, frame after frame, until none is left
+    async def _write(self, address: str, wake: asyncio.Event) -> None:
+        # one peer's writer: down its stream, every message queued for it, one frame at a time
         from distributed.comm import CommClosedError, connect
 
         while True:
-            with self._room:
-                batch = self._queued.pop(address, None)
-                if not batch:
-                    self._writing.discard(address)
-                    return
-            try:
-                comm = self.comms.get(address)
-                if comm is None or comm.closed():
-                    comm = await connect(address, **self.worker.connection_args)
-                    await comm.write({"op": HANDLER, "reply": False})
-                    self.comms[address] = comm
-                frame = {"messages": [part for m in batch for part in (m.head, m.body)]}
-                await asyncio.wait_for(comm.write(frame), WRITE_SECONDS)
-            except (CommClosedError, OSError, asyncio.TimeoutError) as error:
-                # a peer that left or was cut off: the runs of these messages fail here, their recovery follows;
-                # the stream, maybe cut in the middle of a frame, is not used again
-                dropped = self.comms.pop(address, None)
-                if dropped is not None:
-                    dropped.abort()
-                reason = f"could not send to {address}: {type(error).__name__}: {error}"
-                for endpoint in {id(m.endpoint): m.endpoint for m in batch}.values():
-                    endpoint.fail(reason, unreachable=True)
-            finally:
+            await wake.wait()
+            wake.clear()
+            while True:
                 with self._room:
-                    self._bytes -= sum(m.size for m in batch)
-                    self._room.notify_all()
+                    batch = self._queued.pop(address, None)
+                if not batch:
+                    break
+                try:
+                    comm = self.comms.get(address)
+                    if comm is None or comm.closed():
+                        comm = await connect(address, **self.worker.connection_args)
+                        await comm.write({"op": HANDLER, "reply": False})
+                        self.comms[address] = comm
+                    await _written(comm, {"messages": [part for m in batch for part in (m.head, m.body)]})
+                except (CommClosedError, OSError, asyncio.TimeoutError) as error:
+                    # a peer that left or was cut off: the runs of these messages fail here, their recovery
+                    # follows; the stream, maybe cut in the middle of a frame, is not used again
+                    dropped = self.comms.pop(address, None)
+                    if dropped is not None:
+                        dropped.abort()
+                    reason = f"could not send to {address}: {type(error).__name__}: {error}"
+                    for endpoint in {id(m.endpoint): m.endpoint for m in batch}.values():
+                        endpoint.fail(reason, unreachable=True)
+                finally:
+                    with self._room:
+                        self._bytes -= sum(m.size for m in batch)
+                        self._room.notify_all()
 
     async def close(self) -> None:
+        for writer, _ in self._writers.values():
+            writer.cancel()
+        self._writers.clear()
         for comm in self.comms.values():
             await comm.close()
         self.comms.clear()
+
+
+async def _written(comm, frame: dict) -> None:
+    # a write that may take WRITE_SECONDS at most; asyncio.timeout (3.11) makes no task per write, as wait_for does
+    if hasattr(asyncio, "timeout"):
+        async with asyncio.timeout(WRITE_SECONDS):
+            await comm.write(frame)
+    else:
+        await asyncio.wait_for(comm.write(frame), WRITE_SECONDS)
 
 
 def _outbox(worker) -> _Outbox:
