@@ -192,15 +192,16 @@ class _Outbox:
                         await comm.write({"op": HANDLER, "reply": False})
                         self.comms[address] = comm
                     await _written(comm, {"messages": [part for m in batch for part in (m.head, m.body)]})
-                except (CommClosedError, OSError, asyncio.TimeoutError) as error:
-                    # a peer that left or was cut off: the runs of these messages fail here, their recovery
-                    # follows; the stream, maybe cut in the middle of a frame, is not used again
+                except Exception as error:  # noqa: BLE001 - a writer that died would leave its peer's messages unsent
+                    # a peer that left or was cut off: the runs of these messages fail here, their recovery follows;
+                    # the stream, maybe cut in the middle of a frame, is not used again
                     dropped = self.comms.pop(address, None)
                     if dropped is not None:
                         dropped.abort()
                     reason = f"could not send to {address}: {type(error).__name__}: {error}"
+                    unreachable = isinstance(error, (CommClosedError, OSError, asyncio.TimeoutError))
                     for endpoint in {id(m.endpoint): m.endpoint for m in batch}.values():
-                        endpoint.fail(reason, unreachable=True)
+                        endpoint.fail(reason, unreachable=unreachable)
                 finally:
                     with self._room:
                         self._bytes -= sum(m.size for m in batch)
