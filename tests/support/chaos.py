@@ -146,11 +146,38 @@ def run_or_explain(command: list[str], client, timeout: float = 600) -> subproce
         process.send_signal(signal.SIGABRT)
         out, err = process.communicate()
         try:
-            cluster = f"processing: {client.processing()}\nworkers' stacks: {client.call_stack()}"
+            cluster = (f"processing: {client.processing()}\nworkers' stacks: {client.call_stack()}\n"
+                       f"the scheduler's tasks: {client.run_on_scheduler(_tasks_held)}")
         except Exception as e:  # the cluster is unreachable too
             cluster = f"the cluster did not answer: {e!r}"
-        pytest.fail(f"{command[:3]} still ran after {timeout:.0f} s\n{cluster}\nits stderr:\n{err[-20000:]}")
+        # the main thread's stack first: a report that shows only the message's head must still show where it hung
+        logged, _, stacks = err.partition("Fatal Python error")
+        pytest.fail(f"{command[:3]} still ran after {timeout:.0f} s\nits main thread:\n{_main_stack(stacks)}\n"
+                    f"{cluster}\nits stderr before the abort:\n{logged[-6000:]}\nevery thread:\n{stacks[-12000:]}")
     return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def _main_stack(stacks: str) -> str:
+    # the block faulthandler heads "Current thread" (the thread the SIGABRT interrupted, the main one as a rule),
+    # else its last (the oldest thread: the main one)
+    start = stacks.find("Current thread")
+    if start < 0:
+        start = stacks.rfind("Thread 0x")
+    if start < 0:
+        return "(not found)"
+    end = stacks.find("\n\n", start)
+    return stacks[start:end if end >= 0 else None]
+
+
+def _tasks_held(dask_scheduler) -> dict:
+    # the scheduler's tasks by state, and those not in memory with where they may run (run on the scheduler)
+    from collections import Counter
+
+    tasks = dask_scheduler.tasks.values()
+    waiting = [(ts.key, ts.state, sorted(ts.worker_restrictions or ()), ts.loose_restrictions)
+               for ts in tasks if ts.state != "memory"][:40]
+    return {"states": dict(Counter(ts.state for ts in tasks)), "not in memory": waiting,
+            "workers": sorted(dask_scheduler.workers)}
 
 
 #: What a traceback looks like in a process's stderr.
