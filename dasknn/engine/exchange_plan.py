@@ -10,7 +10,7 @@ import numpy as np
 from ..errors import DasknnError
 from ..plan import Outline, PartLayer, local_block, part_plan_layer, send_counts
 from ..runtime.graph import PinnedGraph
-from ..runtime.recovery import watch
+from ..runtime.recovery import gather_watched, watch
 from ..runtime.scatter import scatter_to_all
 from ..store import open_store
 from .worker_run import inference_run
@@ -65,7 +65,7 @@ def plan_on_workers(client, path: str, owners: np.ndarray, groups: list[list[str
             for w, (_, gi, q) in held.items()]
     futures = graph.submit(client, keys)
     watch(client, futures, workers)
-    counts = np.stack([f.result() for f in futures[:len(groups[0])]], axis=1)  # (layers, sender, receiver)
+    counts = np.stack(gather_watched(client, futures[:len(groups[0])], workers), axis=1)  # (layers, sender, receiver)
     for f in [sent, *futures]:
         f.release()
     return held, Outline.from_owners(owners, counts)

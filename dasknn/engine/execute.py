@@ -18,7 +18,7 @@ from ..runtime.exchange import exchange_for
 from ..runtime.exchange.choice import choose_exchange
 from ..runtime.graph import PinnedGraph, ref
 from ..runtime.metrics import bytes_sent
-from ..runtime.recovery import Recovery, WorkersLost, memory_of, watch
+from ..runtime.recovery import Recovery, WorkersLost, gather_watched, memory_of, watch
 from ..runtime.worker_runs import close_run, run_figures
 from ..stages import place_stages, stage_cuts, stages_fit
 from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest, resume_plan_store
@@ -301,7 +301,7 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
     watch(client, list(loaded.values()), workers)
     out.load_seconds = time.perf_counter() - t0
     warmed = [loaded.pop(key) for key in warm_keys]
-    out.compile_seconds = longest(f.result() for f in warmed)
+    out.compile_seconds = longest(gather_watched(client, warmed, workers))
     for f in warmed:
         f.release()
     layout.part_of.update({w: loaded[key] for w, key in weight_keys.items()})
@@ -374,7 +374,7 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
     out.kept = dict(zip(kept_keys, kept))
 
     def finish(fut) -> None:
-        out.chunks[result_keys[fut.key]] = fut.result()
+        out.chunks[result_keys[fut.key]] = gather_watched(client, [fut], workers)[0]
         if job.progress is not None:
             job.progress(len(out.chunks), len(futures))
 
@@ -448,8 +448,7 @@ def _part_plan(client, job: Job, owners: np.ndarray, workers: list[str], run: st
         keys = [tasks.add(workers[i % len(workers)], f"plan-l{k}", (write_part_plan_layer, job.path, path, k, parts))
                 for i, k in enumerate(todo)]
         futures = tasks.submit(client, keys)
-        watch(client, futures, workers)
-        counts.update(zip(todo, (f.result() for f in futures)))
+        counts.update(zip(todo, gather_watched(client, futures, workers)))
         finish_plan_store(path, np.stack([counts[k] for k in range(1, len(owners))]))
         found = open_plan_store(path, job.path, owners)
     return path, Outline.from_owners(owners, found.counts())

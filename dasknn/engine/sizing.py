@@ -14,6 +14,7 @@ from ..errors import DasknnError
 from ..kernels import tile_for
 from ..kernels.cpu import TWIN_MIN_IMAGES
 from ..partition import layer_volumes
+from ..runtime.recovery import gather_watched
 from .owners import check_partition, stored_partition
 
 
@@ -170,7 +171,7 @@ def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str
     """Rates measured on the cluster: the probe on one worker, task cost, worker-to-worker transfer rate."""
     from distributed import wait
 
-    figures = _gather_pinned(client, [client.submit(_probe_task, path, in_path, images, dtype, workers=[workers[0]],
+    figures = gather_watched(client, [client.submit(_probe_task, path, in_path, images, dtype, workers=[workers[0]],
                                                     allow_other_workers=False, pure=False)], workers[:1])[0]
     # many small tasks in one graph, as the engine submits them: the cost of a task, per thread
     n = 100 * len(workers)
@@ -185,7 +186,7 @@ def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str
         made = client.submit(_make_bytes, nbytes, workers=[workers[0]], pure=False)
         wait(made)
         t0 = time.perf_counter()
-        _gather_pinned(client, [client.submit(_size, made, workers=[workers[1]], allow_other_workers=False,
+        gather_watched(client, [client.submit(_size, made, workers=[workers[1]], allow_other_workers=False,
                                               pure=False)], workers[:2])
         rate = nbytes / (time.perf_counter() - t0)
         made.release()
@@ -197,16 +198,6 @@ def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str
     return figures
 
 
-def _gather_pinned(client, futures: list, workers: list[str]) -> list:
-    """The results of calibration tasks pinned to ``workers``; :class:`~dasknn.runtime.recovery.WorkersLost` if
-    one of them leaves the cluster (a task pinned to a lost worker would wait for it for ever: the inference's
-    recovery policy measures again on the workers there are)."""
-    from ..runtime.recovery import watch
-
-    watch(client, futures, workers)
-    return client.gather(futures)
-
-
 def _kernel_rate(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray | None,
                  loop: bool = False, memory: float | None = None, width: int | None = None) -> float:
     # ``workers`` at once, each on the block its mode gives it (model mode: its part, its place in its group;
@@ -216,7 +207,7 @@ def _kernel_rate(client, workers: list[str], path: str, dtype: str, k: int, owne
     g = 1 if owners is None else int(owners.max()) + 1
     futures = [client.submit(kernel_rate, path, k, dtype, owners, i % g, width=width, loop=loop, memory=memory,
                              workers=[w], allow_other_workers=False, pure=False) for i, w in enumerate(workers)]
-    return float(np.mean(_gather_pinned(client, futures, workers)))
+    return float(np.mean(gather_watched(client, futures, workers)))
 
 
 def _probe_task(path: str, in_path: str, images: int, dtype: str) -> dict:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..kernels.warm import CacheLocation, WarmSpec, cache_locations, warm_kernels
 from ..runtime.graph import PinnedGraph
-from ..runtime.recovery import watch
+from ..runtime.recovery import gather_watched
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,7 @@ def warm_workers(client, workers: list[str], specs: tuple[WarmSpec, ...]) -> dic
     """
     graph = PinnedGraph(uuid.uuid4().hex[:8])
     futures = graph.submit(client, add_warm_tasks(graph, workers, specs))
-    watch(client, futures, workers)
-    reports = dict(zip(workers, client.gather(futures)))
+    reports = dict(zip(workers, gather_watched(client, futures, workers)))
     for f in futures:
         f.release()
     return reports

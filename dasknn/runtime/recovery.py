@@ -83,6 +83,43 @@ def watch(client, futures: list, workers: list[str] | set[str], on_done: Callabl
                 raise error
 
 
+def gather_watched(client, futures: list, workers: list[str] | set[str]) -> list:
+    """The results of ``futures`` (tasks pinned to ``workers``), brought to the client, in order.
+
+    :func:`watch` while they run, and the gather watched too: a finished task whose worker is lost before its
+    result reaches the client is never run again elsewhere when it is pinned (Dask leaves it in ``no-worker``), so
+    a plain ``client.gather`` or ``future.result()`` would wait for it for ever. Raises :class:`WorkersLost` then,
+    cancelling the futures.
+    """
+    watch(client, futures, workers)
+    return client.sync(_gather_while_there, client, list(futures), sorted(workers))
+
+
+async def _gather_while_there(client, futures: list, workers: list[str]) -> list:
+    # the gather, and a look at the workers every half second while it lasts (as watch does)
+    import asyncio
+    import contextlib
+
+    gathering = asyncio.ensure_future(client.gather(futures, asynchronous=True))
+    while True:
+        done, _ = await asyncio.wait({gathering}, timeout=0.5)
+        if done:
+            return gathering.result()
+        there = await client.scheduler.ncores()
+        gone = [w for w in workers if w not in there]
+        if gone:
+            # the futures cancelled first, so that the gather ends with their cancellation (cancelling the gather
+            # itself would leave its inner waits to log a traceback when the futures go)
+            await client.cancel(futures, asynchronous=True)
+            await asyncio.wait({gathering}, timeout=10)
+            if gathering.done():
+                with contextlib.suppress(BaseException):
+                    gathering.result()
+            else:
+                gathering.cancel()
+            raise WorkersLost(gone)
+
+
 def _stuck_worker(info: dict, workers, paused_since: dict[str, float], stuck_seconds: float):
     # the error for the first of ``workers`` paused with nothing running since stuck_seconds ago, or None;
     # paused_since keeps when each was first seen so

@@ -9,7 +9,7 @@ import uuid
 import numpy as np
 
 from ..runtime.graph import PinnedGraph, ref, tree_sum
-from ..runtime.recovery import watch
+from ..runtime.recovery import gather_watched, watch
 from .device import array_module, take_batch
 from .model import Model, apply_update, flatten, gradients, unflatten
 
@@ -59,12 +59,12 @@ class DataRunner:
                    for i, w in enumerate(self.workers)]
         futures = graph.submit(self.client, cur + loss_keys)
         watch(self.client, futures, set(self.workers))
-        losses = self.client.gather(futures[r:])
+        losses = gather_watched(self.client, futures[r:], self.workers)
         self.replicas = futures[:r]
         return losses
 
     def model(self) -> Model:
-        return self.replicas[0].result()
+        return gather_watched(self.client, self.replicas[:1], self.workers[:1])[0]
 
     def close(self) -> None:
         """Let go of the replicas and the data scattered for them."""

@@ -25,7 +25,7 @@ from ..kernels import back_input, weight_grad
 from ..runtime.exchange import Exchange, exchange_for
 from ..runtime.exchange.choice import choose_exchange
 from ..runtime.graph import PinnedGraph, pairwise_sum, ref, refs_of, tree_sum
-from ..runtime.recovery import watch
+from ..runtime.recovery import gather_watched, watch
 from ..runtime.scatter import scatter_to_all
 from ..runtime.worker_runs import close_run, run_figures
 from .model import Model, active, apply_update, flatten, forward_layer, softmax_xent, unflatten
@@ -283,7 +283,7 @@ class ModelRunner:
         watch(client, futures, set(self.workers))
         parts = len(groups[0])
         # (layers, sender, receiver): the entries part p sends part q in layer k, at [k - 1, p, q]
-        self.counts = np.stack([f.result() for f in futures[:parts]], axis=1)
+        self.counts = np.stack(gather_watched(client, futures[:parts], self.workers), axis=1)
         if exchange == "auto":
             # a step is two passes of messages (forward, and the errors back), with no alive masks
             exchange = choose_exchange(self.counts, 2 * len(groups), len(self.workers), self.counts.shape[0] + 1
@@ -334,7 +334,7 @@ class ModelRunner:
         ends = [key for keys in done for key in keys if key not in losses]  # (waited for too)
         futures = graph.submit(self.client, losses + ends)
         watch(self.client, futures, set(self.workers))
-        values = self.client.gather(futures[:len(loss_keys) * n_groups])
+        values = gather_watched(self.client, futures[:len(loss_keys) * n_groups], self.workers)
         # the groups' losses are shares of one batch's loss: their sum, in group order
         return [float(sum(values[i:i + n_groups])) for i in range(0, len(values), n_groups)]
 
@@ -358,7 +358,7 @@ class ModelRunner:
                     lr, routes, replicas, None)))
         futures = graph.submit(self.client, keys)
         watch(self.client, futures, set(self.workers))
-        by_group = [self.client.gather(futures[a]) for a in range(n_groups)]  # part 0 of each group (q == 0 first)
+        by_group = gather_watched(self.client, futures[:n_groups], self.workers)  # part 0 of each group (q == 0 first)
         # the groups' losses are shares of one batch's loss: their sum, in group order
         return [float(sum(values)) for values in zip(*by_group)]
 
@@ -416,8 +416,7 @@ class ModelRunner:
         graph = PinnedGraph(uuid.uuid4().hex[:8])
         keys = [graph.add(w, f"part-p{q}", (part_arrays, self.run_id, 0, q)) for q, w in enumerate(self.groups[0])]
         futures = graph.submit(self.client, keys)
-        watch(self.client, futures, set(self.groups[0]))
-        return join_model(self.template, self.client.gather(futures), self.positions)
+        return join_model(self.template, gather_watched(self.client, futures, self.groups[0]), self.positions)
 
     def pushed_bytes(self) -> int:
         """Bytes the transport moved between workers itself, past Dask's transfer counters (0 for the task

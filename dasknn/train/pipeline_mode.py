@@ -38,7 +38,7 @@ from ..errors import DasknnError
 from ..stages import stage_cuts
 from ..kernels import back_input, pack_rows, unpack_rows, weight_grad
 from ..runtime.graph import PinnedGraph, pairwise_sum, ref, refs, tree_sum
-from ..runtime.recovery import watch
+from ..runtime.recovery import gather_watched
 from ..runtime.worker_runs import close_run, run_figures, worker_run
 from .model import Model, active, apply_update, flatten, forward_layer, softmax_xent, unflatten
 
@@ -299,8 +299,7 @@ class PipelineRunner:
         keys = [graph.add(w, f"psetup-r{r}-s{s}", (setup_stage, self.run_id, r, scattered[r * len(ws) + s]))
                 for r, ws in enumerate(replicas) for s, w in enumerate(ws)]
         futures = graph.submit(client, keys)
-        watch(client, futures, set(self.workers))
-        client.gather(futures)
+        gather_watched(client, futures, self.workers)
         for f in scattered:
             f.release()
         # the images where the first stages run, the labels where the last ones do
@@ -336,8 +335,7 @@ class PipelineRunner:
         flat_losses = [k for keys in loss_keys for k in keys]
         rest = [k for (_, s), k in updated.items() if s != last]  # (waited for: the next graph starts from them)
         futures = graph.submit(self.client, flat_losses + rest)
-        watch(self.client, futures, set(self.workers))
-        values = self.client.gather(futures)
+        values = gather_watched(self.client, futures, self.workers)
         out, at = [], 0
         for keys in loss_keys:
             # the micro-batches' and replicas' losses are shares of the batch's loss: their sum, in order
@@ -373,8 +371,7 @@ class PipelineRunner:
         graph = PinnedGraph(uuid.uuid4().hex[:8])
         keys = [graph.add(w, f"pstage-s{s}", (stage_arrays, self.run_id, 0, s)) for s, w in enumerate(self.replicas[0])]
         futures = graph.submit(self.client, keys)
-        watch(self.client, futures, set(self.replicas[0]))
-        return join_stages(self.template, self.client.gather(futures))
+        return join_stages(self.template, gather_watched(self.client, futures, self.replicas[0]))
 
     def figures(self) -> dict:
         """Seconds each stage's tasks (forward, backward, update) were busy in this run, by ``"r{replica}-s{stage}"``,

@@ -66,6 +66,7 @@ INFERENCE = [
     ("model", [], Kill("partition_task", delay=0.5), ("partition", "plan", "")),
     ("model", [], Kill("partition_task", "memory"), ("partition", "plan", "")),
     ("model", [], Kill("plan-g0-p1", delay=0.05), ("plan",)),
+    ("model", [], Kill("plan-g0-p1", "memory"), ("plan",)),  # its plan made, before the client has its counts
     ("model", [], Kill("weights-g0-p0"), ("load",)),
     ("model", [], Kill("images-p1-c0"), ("load", "inference")),
     ("model", ["--exchange", "tasks"], Kill("spmm-l20-p1"), ("inference",)),
@@ -128,6 +129,7 @@ TRAINING = [
     ("model", "tasks", Kill("partition_task", delay=0.2), False),
     ("model", "tasks", Kill("tuple-", "scattered"), True),
     ("model", "tasks", Kill("setup-g0-p1"), True),
+    ("model", "tasks", Kill("setup-g0-p1", "memory"), True),  # set up, before the client has its counts
     ("model", "tasks", Kill("fwd-s13-g0-l2-p1"), True),
     ("model", "p2p", Kill("steps-s12-15-g0-p1", delay=0.05), True),
     ("data", "tasks", Kill("Model-", "scattered"), True),

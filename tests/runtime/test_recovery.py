@@ -189,6 +189,41 @@ def test_a_worker_paused_for_good_stops_the_run_with_one_line():
         assert again.result() == 1
 
 
+@pytest.mark.cluster
+def test_a_result_whose_worker_is_lost_after_its_task_finished_counts_as_the_loss():
+    # before: the client asked for the results of finished pinned tasks with a plain gather; the worker of one was
+    # lost before its result came, Dask left the task in no-worker (pinned, never run elsewhere) and the gather
+    # waited for ever (a CI chaos run of model mode, a worker killed just as its plan task finished, hung 10 min)
+    from distributed import wait
+
+    from dasknn.cluster import local_client
+    from dasknn.runtime.recovery import WorkersLost, gather_watched
+
+    with local_client(workers=2, threads_per_worker=1) as client:
+        workers = sorted(client.nthreads())
+        futures = [client.submit(_one, workers=[w], allow_other_workers=False, pure=False) for w in workers]
+        assert gather_watched(client, futures, workers) == [1, 1]
+        again = [client.submit(_one, workers=[w], allow_other_workers=False, pure=False) for w in workers]
+        wait(again, timeout=30)
+        victim = workers[1]
+        os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+        box: dict = {}
+
+        def gather() -> None:
+            try:
+                box["result"] = gather_watched(client, again, workers)
+            except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+                box["error"] = e
+
+        t = threading.Thread(target=gather, daemon=True)
+        t.start()
+        t.join(60)
+        assert not t.is_alive(), "the gather still waited for the lost worker's result after 60 s"
+        assert isinstance(box.get("error"), WorkersLost), box
+        assert box["error"].lost == [victim]
+        assert all(f.cancelled() for f in again)
+
+
 class _Scheduler:
     """What :class:`Recovery` asks of a client: the workers there are now (a list of snapshots, one per ask, the
     last kept)."""
