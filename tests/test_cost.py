@@ -360,14 +360,13 @@ def test_a_calibration_task_whose_worker_dies_is_a_loss_not_a_hang():
     import os
 
     from dasknn.cluster import local_client
-    from dasknn.engine import sizing
-    from dasknn.runtime.recovery import WorkersLost
+    from dasknn.runtime.recovery import WorkersLost, gather_watched
 
     with local_client(workers=1, threads_per_worker=1) as client:
         w = sorted(client.nthreads())
         fut = client.submit(os._exit, 1, workers=w, allow_other_workers=False, pure=False)
         with pytest.raises(WorkersLost) as lost:
-            sizing._gather_pinned(client, [fut], w)
+            gather_watched(client, [fut], w)  # (how sizing gathers its calibration tasks)
         assert lost.value.lost == w
 
 
