@@ -61,6 +61,8 @@ class TrainResult:
     stages: int = 0
     micro_batches: int = 0
     stage_busy_seconds: dict = field(default_factory=dict)
+    #: pipeline mode: each stage's layers, ``[first, last]`` (1-based), as cut by the workers' memory
+    stage_layers: list = field(default_factory=list)
 
     @property
     def bytes_sent_per_step(self) -> float:
@@ -76,7 +78,7 @@ class TrainResult:
                 "dense_masked_state_bytes": self.model.dense_masked_state_bytes(),
                 "bytes_sent_per_step": self.bytes_sent_per_step, "optimizer": self.model.optimizer,
                 "group_size": self.group_size, "restarts": self.restarts, "stages": self.stages,
-                "micro_batches": self.micro_batches}
+                "micro_batches": self.micro_batches, "stage_layers": self.stage_layers}
 
 
 def layers_of(network) -> tuple[list[sp.csc_matrix], str | None]:
@@ -206,7 +208,8 @@ def _runner_factory(client, mode: str, workers: int, parts: int, owners: np.ndar
             return DataRunner(client, ws, m, job.xt, job.labels), len(names)
         if mode == modes.PIPELINE:  # replicas of `parts` stages each
             return PipelineRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, job.xt,
-                                  job.labels, job.micro_batches), len(names)
+                                  job.labels, job.micro_batches, max((len(t) for t in job.todo), default=0)
+                                  ), len(names)
         return ModelRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, owners, job.xt,
                            job.labels, exchange), len(names)
 
@@ -417,4 +420,5 @@ def _pipeline_figures(mode: str, parts: int, micro_batches: int, run: _Outcome) 
     if mode != modes.PIPELINE:
         return {}
     return {"stages": parts, "micro_batches": micro_batches,
-            "stage_busy_seconds": run.figures.get("stage_busy_seconds", {})}
+            "stage_busy_seconds": run.figures.get("stage_busy_seconds", {}),
+            "stage_layers": run.figures.get("stage_layers", [])}

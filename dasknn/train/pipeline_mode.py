@@ -35,14 +35,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import DasknnError
-from ..stages import stage_cuts
+from ..stages import StagePlacement, place_stages, stage_cuts
 from ..kernels import back_input, pack_rows, unpack_rows, weight_grad
 from ..runtime.graph import PinnedGraph, pairwise_sum, ref, refs, tree_sum
-from ..runtime.recovery import gather_watched
+from ..runtime.recovery import gather_watched, memory_of
 from ..runtime.worker_runs import close_run, run_figures, worker_run
-from .model import Model, active, apply_update, flatten, forward_layer, softmax_xent, unflatten
+from .model import OPT_SLOTS, Model, active, apply_update, flatten, forward_layer, softmax_xent, unflatten
 
-__all__ = ["PipelineRunner", "join_stages", "split_stages", "train_stage_cuts"]
+__all__ = ["PipelineRunner", "join_stages", "place_train_stages", "split_stages", "stage_layer_bytes",
+           "train_stage_cuts"]
+
+#: Share of a worker's memory limit its stage may take during a step (:func:`stage_layer_bytes`): below Dask's
+#: spill target (``distributed.worker.memory.target``, 0.6), leaving room for the messages in flight and the
+#: worker itself.
+TRAIN_STAGE_SHARE = 0.5
 
 
 def train_stage_cuts(entries: list[int], stages: int) -> list[tuple[int, int]]:
@@ -61,6 +67,46 @@ def train_stage_cuts(entries: list[int], stages: int) -> list[tuple[int, int]]:
     if not 1 <= stages <= depth:
         raise DasknnError(f"pipeline mode: {stages} stages need at least as many layers, the network has {depth}")
     return [(s.first - 1, s.last) for s in stage_cuts(entries, stages)]
+
+
+def stage_layer_bytes(model: Model, micro_batches: int, images: int) -> np.ndarray:
+    """The most bytes each layer of ``model`` takes on its stage's worker during a step of ``images`` images (a
+    replica's share of a batch) in ``micro_batches`` micro-batches: its values, optimiser state and pattern, one
+    gradient per micro-batch (kept until the stage sums them) and two more for the sum and the all-reduced total,
+    and its output's activations for every micro-batch (GPipe keeps them all between the forward and backward
+    passes, as dense float64 blocks).
+
+    Parameters
+    ----------
+    model
+        The model whose layers are cut.
+    micro_batches
+        Micro-batches per replica's share of a batch.
+    images
+        Images in a replica's share of a batch (0: activations not counted).
+    """
+    copies = 1 + OPT_SLOTS[model.optimizer] + micro_batches + 2
+    values = np.array([p.nbytes for p in model.params[:model.depth]], dtype=float)
+    pattern = np.array([a.nbytes + b.nbytes for a, b in model.patterns], dtype=float)
+    return values * copies + pattern + float(model.neurons * images * 8)
+
+
+def place_train_stages(model: Model, replicas: list[list[str]], memory: dict[str, float], micro_batches: int,
+                       images: int) -> StagePlacement:
+    """The stages of ``model`` for the pipelines ``replicas`` whose workers have the memory limits ``memory``
+    (bytes, by worker): balanced by entries (training runs every image through every layer) among the cuts whose
+    stages fit :data:`TRAIN_STAGE_SHARE` of their workers' limits (:func:`stage_layer_bytes`), the workers placed
+    by their limits where these differ (:func:`dasknn.stages.place_stages`). A worker that holds several places
+    (fewer workers than stages) splits its memory between them. ``fits`` is False where no cut fits (the cut
+    is then by entries alone).
+    """
+    places = [w for ws in replicas for w in ws]
+    per_place = {w: memory[w] / places.count(w) for w in set(places)}
+    entries = [int(p.size) for p in model.params[:model.depth]]
+    if not 1 <= len(replicas[0]) <= len(entries):
+        train_stage_cuts(entries, len(replicas[0]))  # (its one-line refusal)
+    return place_stages(entries, stage_layer_bytes(model, micro_batches, images), replicas, per_place,
+                        TRAIN_STAGE_SHARE)
 
 
 @dataclass(frozen=True)
@@ -283,15 +329,28 @@ class PipelineRunner:
     each replica on its share of every batch, ``micro_batches`` micro-batches per share.
 
     Same interface as :class:`~dasknn.train.data_mode.DataRunner`: ``run``, ``model``, ``close``, ``cancel``,
-    ``workers``; and ``figures`` (the seconds each stage's tasks were busy)."""
+    ``workers``; and ``figures`` (the seconds each stage's tasks were busy). The stages are cut and the workers
+    placed by their memory limits (:func:`place_train_stages`, a step of ``batch`` images); where no cut fits them
+    the runner refuses in one line."""
 
     def __init__(self, client, replicas: list[list[str]], model: Model, xt: np.ndarray, labels: np.ndarray,
-                 micro_batches: int = 4):
+                 micro_batches: int = 4, batch: int = 0):
         if micro_batches < 1:
             raise DasknnError(f"--micro-batches must be at least 1, not {micro_batches}")
+        images = -(-batch // len(replicas))
+        placed = place_train_stages(model, replicas, memory_of(client, sorted(set(w for ws in replicas for w in ws))),
+                                    micro_batches, images)
+        if not placed.fits:
+            need = stage_layer_bytes(model, micro_batches, images).sum()
+            raise DasknnError(
+                f"pipeline mode: the model's training state ({need / 1e9:.2f} GB a replica, {micro_batches} "
+                f"micro-batches of {images} images) fits no cut into {len(replicas[0])} stages on these workers (a "
+                f"stage may take {TRAIN_STAGE_SHARE:.0%} of its worker's memory limit): use more workers or stages, "
+                f"fewer images a step, or workers with more memory")
+        replicas = placed.groups
         self.client, self.replicas, self.template, self.micro_batches = client, replicas, model, micro_batches
         self.workers = [w for ws in replicas for w in ws]
-        self.cuts = train_stage_cuts([int(p.size) for p in model.params[:model.depth]], len(replicas[0]))
+        self.cuts = [(s.first - 1, s.last) for s in placed.stages]
         self.run_id, self.graphs = uuid.uuid4().hex[:8], 0
         arrays = split_stages(model, self.cuts)
         graph = PinnedGraph(self.run_id)
@@ -375,13 +434,13 @@ class PipelineRunner:
 
     def figures(self) -> dict:
         """Seconds each stage's tasks (forward, backward, update) were busy in this run, by ``"r{replica}-s{stage}"``,
-        summed over the workers."""
+        summed over the workers; and each stage's layers (1-based, first and last)."""
         busy: dict[str, float] = {}
         for found in self.client.run(run_figures, self.run_id, on_error="ignore").values():
             if isinstance(found, dict):
                 for key, seconds in found.get("busy", {}).items():
                     busy[key] = busy.get(key, 0.0) + seconds
-        return {"stage_busy_seconds": busy}
+        return {"stage_busy_seconds": busy, "stage_layers": [[lo + 1, hi] for lo, hi in self.cuts]}
 
     def close(self) -> None:
         """Let go of the run on the workers (its stages' states) and of the data scattered for it."""

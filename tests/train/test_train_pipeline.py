@@ -7,7 +7,9 @@ import pytest
 
 from dasknn import train as tr
 from dasknn.errors import DasknnError
-from dasknn.train.pipeline_mode import join_stages, split_stages, train_stage_cuts
+from dasknn.train import pipeline_mode
+from dasknn.train.pipeline_mode import (TRAIN_STAGE_SHARE, join_stages, place_train_stages, split_stages,
+                                        stage_layer_bytes, train_stage_cuts)
 
 from examples import C, random_layers, rel, toy_data
 
@@ -24,6 +26,61 @@ def test_stage_cuts_are_consecutive_balanced_and_leave_every_stage_a_layer():
     assert all(b == c for (_, b), (c, _) in zip(cuts, cuts[1:]))
     with pytest.raises(DasknnError, match="3 stages"):
         train_stage_cuts([1, 1], 3)
+
+
+def test_stage_layer_bytes_count_state_gradients_and_activations():
+    model = tr.init_model(random_layers(depth=3), C, seed=0, optimizer="adam")
+    values, pattern = model.params[0].nbytes, sum(a.nbytes for a in model.patterns[0])
+    # values, 2 Adam slots, 4 micro-batches' gradients, their sum and the total; 8-byte activations of 10 images
+    assert stage_layer_bytes(model, 4, 10)[0] == values * 9 + pattern + model.neurons * 10 * 8
+    assert stage_layer_bytes(model, 1, 0)[0] == values * 6 + pattern
+
+
+def _memory_for(model, micro: int, images: int, layers: float) -> float:
+    # a memory limit whose stage share holds ``layers`` of the model's (equal) layers
+    return layers * stage_layer_bytes(model, micro, images)[0] / TRAIN_STAGE_SHARE
+
+
+def test_train_stages_are_cut_and_placed_by_each_workers_memory():
+    model = tr.init_model(random_layers(depth=8), C, seed=0)
+    # equal limits, room for 5 layers a stage: the cut by entries (4 + 4) as train_stage_cuts gives it
+    roomy = _memory_for(model, 2, 16, 5.5)
+    placed = place_train_stages(model, [["a", "b"]], {"a": roomy, "b": roomy}, 2, 16)
+    assert placed.fits and placed.groups == [["a", "b"]]
+    assert [(s.first - 1, s.last) for s in placed.stages] == train_stage_cuts([p.size for p in model.params[:8]], 2)
+    # a worker with room for 3 layers: placed first, holding 3; the other the 5 left
+    small = _memory_for(model, 2, 16, 3.5)
+    placed = place_train_stages(model, [["big", "small"]], {"big": roomy * 2, "small": small}, 2, 16)
+    assert placed.fits and placed.groups == [["small", "big"]]
+    assert [s.as_list() for s in placed.stages] == [[1, 3], [4, 8]]
+    # one worker holding both places splits its memory between them: 2 x 3.5 layers hold no cut of 8
+    placed = place_train_stages(model, [["a", "a"]], {"a": small * 2}, 2, 16)
+    assert not placed.fits
+    assert place_train_stages(model, [["a", "a"]], {"a": roomy * 2}, 2, 16).fits
+    # activations count: the same limit with 1,000 images a replica fits no cut
+    assert not place_train_stages(model, [["a", "b"]], {"a": roomy, "b": roomy}, 2, 1000).fits
+
+
+def test_pipeline_training_follows_and_refuses_by_the_workers_memory(client, monkeypatch):
+    # the limits the runner asks the scheduler for, replaced: the first worker with room for 1.5 layers of the
+    # 4, the second for 3.5; the stages are 1 and 3 layers, the small worker first, and the losses those of one
+    # process. Then room for 1.5 layers each: no cut, one line.
+    x, y = toy_data(60)
+    kw = dict(epochs=2, batch=16, lr=0.05, optimizer="momentum", seed=5, max_steps=4)
+    model = tr.init_model(random_layers(depth=4), C, seed=5, optimizer="momentum")
+    one = stage_layer_bytes(model, 2, 16)
+    assert np.ptp(one) == 0  # (equal layers: the limits below count in layers)
+    roomy, tight = sorted(client.nthreads())
+    limits = {tight: _memory_for(model, 2, 16, 1.5), roomy: _memory_for(model, 2, 16, 3.5)}
+    monkeypatch.setattr(pipeline_mode, "memory_of", lambda client, workers: {w: limits[w] for w in workers})
+    single = tr.train(random_layers(depth=4), (x, y), mode="single", **kw)
+    run = tr.train(random_layers(depth=4), (x, y), mode="pipeline", workers=2, micro_batches=2, client=client, **kw)
+    assert run.stages == 2 and run.stage_layers == [[1, 1], [2, 4]]
+    np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12)
+    limits[roomy] = limits[tight]
+    with pytest.raises(DasknnError, match="fits no cut into 2 stages") as refused:
+        tr.train(random_layers(depth=4), (x, y), mode="pipeline", workers=2, micro_batches=2, client=client, **kw)
+    assert "\n" not in str(refused.value)
 
 
 def test_split_and_join_stages_give_the_model_back():
