@@ -73,7 +73,8 @@ def infer(
         Keep the final activations on the workers: the result's ``activations`` is then a ``dask.array``
         (images x neurons, chunked like the batch's rows, each chunk dense NumPy rows, dead images all zero),
         persisted on the workers, so it composes with ``dask.array`` code and ``to_zarr``. Needs ``client``
-        (a cluster started for the call would take them with it).
+        (a cluster started for the call would take them with it). A worker lost after the call loses the
+        chunks it held: computing them raises a :class:`~dasknn.errors.DasknnError` that says so.
     tmpdir
         Where temporary stores are written (the system's temporary folder by default).
     **options

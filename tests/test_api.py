@@ -108,6 +108,53 @@ def test_activations_are_a_persisted_dask_array(mode, slice_store, slice_images,
 
 
 @pytest.mark.cluster
+def test_activations_held_by_a_worker_lost_after_the_run_fail_with_a_line(slice_store, slice_images, slice_final):
+    # before: each chunk's activations were the result of the run's pinned tasks; their worker killed after the run,
+    # Dask waited in no-worker for it to come back, and computing the array waited for ever. Now the chunks the
+    # other worker holds compute as before, and the lost ones fail at once, with a line
+    import os
+    import signal
+    import threading
+
+    import dask.array as da
+    from distributed import futures_of
+
+    from dasknn.cluster import local_client
+
+    with local_client(workers=2, threads_per_worker=1) as client:
+        images = da.from_array(slice_images, chunks=(250, 1024), asarray=False)
+        result = dasknn.infer(slice_store, images, client, mode="data", keep_activations=True)
+        act = result.activations
+        holders = client.who_has(futures_of(act))
+        where = {c: holders[f.key][0] for c, f in enumerate(futures_of(act))}
+        victim = where[0]
+        assert set(where.values()) == set(client.nthreads())  # (both workers hold some)
+        os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+        box: dict = {}
+
+        def compute() -> None:
+            for c in sorted(where):
+                try:
+                    box[c] = act.blocks[c].compute(scheduler=client)
+                except Exception as e:  # noqa: BLE001 - handed to the test's thread
+                    box[c] = e
+
+        t = threading.Thread(target=compute, daemon=True)
+        t.start()
+        t.join(90)
+        assert not t.is_alive(), "computing the activations still waited for the lost worker after 90 s"
+        rows = np.cumsum((0,) + act.chunks[0])
+        for c, w in where.items():
+            if w == victim:
+                assert isinstance(box[c], DasknnError), box[c]
+                assert re.fullmatch(rf"keep_activations: the final activations of chunk {c} \(images {rows[c]}\.\."
+                                    rf"{rows[c + 1] - 1}\) were lost with the worker that held them after the "
+                                    r"inference: run it again to have them", str(box[c]))
+            else:
+                np.testing.assert_array_equal(box[c], slice_final[rows[c]:rows[c + 1]])
+
+
+@pytest.mark.cluster
 def test_dask_array_is_never_gathered(monkeypatch, slice_store, slice_images, slice_truth, client):
     import dask.array as da
 

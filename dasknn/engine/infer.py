@@ -14,6 +14,7 @@ from ..cost import Calibration, Prediction
 from ..errors import DasknnError
 from ..modes import AUTO, DATA, HYBRID, PIPELINE
 from ..runtime.dashboard import publish_traffic
+from ..runtime.kept import detach
 from ..runtime.recovery import Recovery, ensure_client, memory_of, smallest_memory_limit, workers_info
 from ..stages import StagePlacement, place_stages, stage_capacity
 from ..store import location, open_results, open_store, read_results
@@ -78,7 +79,8 @@ class InferenceResult:
     #: with ``keep_activations``: the final activations, a dask.array (images x neurons) chunked like the
     #: batch's rows and persisted on the workers (each chunk dense NumPy rows, the dead images' rows all zero). Its
     #: chunks live on the client that ran the inference: with several clients open, compute it with that one
-    #: (``activations.compute(scheduler=client)``), since dask computes on the newest
+    #: (``activations.compute(scheduler=client)``), since dask computes on the newest. A worker lost after the run
+    #: loses the chunks it held: computing them fails with a line that says so (run the inference again)
     activations: object = None
     #: with a truth to compare (:func:`dasknn.infer`'s ``truth``): whether the categories match it, and how
     #: many images are in one and not the other
@@ -183,6 +185,8 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
             check_memory(store, o.dtype, resident, job.keep_layers, holds, limit, width)
 
     runs = _run_recovering(client, job, recovery, mode, group_size, todo, check_fits)
+    if job.activations_name:
+        runs.kept = _detached_activations(client, job, runs)
     result = _result(job, runs, mode, group_size, count, todo, job.done, predictions, calibration)
     if result.exchange_bytes:
         # the boundary traffic, on the dashboard's /dasknn/traffic page
@@ -325,6 +329,8 @@ class _Runs:
     recoveries: list[dict] = field(default_factory=list)
     finished: dict[int, tuple] = field(default_factory=dict)
     workers: list[str] = field(default_factory=list)
+    #: with ``keep_activations``: each chunk's final activations on the workers, detached from the run's tasks
+    kept: dict[int, object] = field(default_factory=dict)
 
 
 def _run_recovering(client, job: Job, recovery: Recovery, mode: str, group_size: int | None, todo: list[int],
@@ -409,13 +415,22 @@ def _pairs(passes: list[Pass], parts: int) -> list[list[int]]:
     return table.tolist()
 
 
+def _detached_activations(client, job: Job, runs: _Runs) -> dict[int, object]:
+    # the chunks' final activations as the workers hold them, taken over from the run's pinned tasks: a worker lost
+    # after the run then fails the chunks it held with a line (their pinned tasks would wait for it for ever)
+    kept = {c: f for p in runs.passes for c, f in p.kept.items() if c in runs.finished}
+    lost = {c: f"keep_activations: the final activations of chunk {c} (images {a}..{b - 1}) were lost with the "
+               "worker that held them after the inference: run it again to have them"
+            for c, (a, b) in enumerate(job.bounds) if c in kept}
+    return detach(client, kept, f"{job.activations_name}-kept", lost)
+
+
 def _kept_array(job: Job, runs: _Runs):
     # the chunks' final activations, as a dask.array whose chunks are the futures the workers hold
     import dask.array as da
 
-    kept = {c: f for p in runs.passes for c, f in p.kept.items() if c in runs.finished}
     name = job.activations_name
-    graph = {(name, c, 0): kept[c] for c in range(len(job.bounds))}
+    graph = {(name, c, 0): runs.kept[c] for c in range(len(job.bounds))}
     rows = tuple(b - a for a, b in job.bounds)
     return da.Array(graph, name, chunks=(rows, (job.store.neurons,)), dtype=job.dtype)
 
