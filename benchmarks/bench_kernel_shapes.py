@@ -6,7 +6,8 @@ Usage (from the repository root)::
     python benchmarks/bench_kernel_shapes.py [--store bench-out/n65536-l480.zarr] [--layer 240] [--parts 2] \\
         [--processes 2] [--partition hypergraph-k2-s0-e0.03]
     git show 3835218:dasknn/kernels/cpu.py > /tmp/cpu_before.py     # the kernel to compare with
-    python benchmarks/bench_kernel_shapes.py --compare --baseline /tmp/cpu_before.py [--images 60000] [--rounds 3]
+    python benchmarks/bench_kernel_shapes.py --compare --baseline /tmp/cpu_before.py [--images 60000] [--rounds 3] \\
+        [--shapes 1024x8192,65536x256] [--skip-real]
 
 ``--compare`` times the library's CPU kernel against another version of ``dasknn/kernels/cpu.py`` (the
 baseline), in one process and alternating so the shared machine's load falls on both alike: on generated layers
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import sys
 import time
 
 import numba
@@ -45,6 +47,7 @@ def _load_baseline(path: str):
     # compiled afresh each run: Numba's cache of a module loaded from a file outside the package does not load back
     # (the second run failed with "No module named '<dynamic>'")
     source = open(path).read().replace("cache=True", "cache=False")
+    sys.modules[spec.name] = module  # (a dataclass looks its module up there)
     exec(compile(source, path, "exec"), module.__dict__)
     return module
 
@@ -84,7 +87,11 @@ def _alternate(calls: dict, rounds: int) -> dict:
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
-def _compare_layers(base, rounds: int, peaks: dict) -> None:
+#: The generated layers' widths (neurons) and batches (images) ``--compare`` runs by default.
+SHAPES = ((1024, 8192), (4096, 4096), (16384, 2048), (65536, 1024))
+
+
+def _compare_layers(base, rounds: int, peaks: dict, shapes) -> None:
     from dasknn import kernels
 
     print("Generated layers; a step is one whole layer, the loop runs 8 layers (inputs at the clamp, so images")
@@ -92,7 +99,7 @@ def _compare_layers(base, rounds: int, peaks: dict) -> None:
     print("| neurons | images | dtype | call | old madd/s | new madd/s | new / old | old % of peak | new % of peak |")
     print("|--:|--:|---|---|--:|--:|--:|--:|--:|")
     rng = np.random.default_rng(0)
-    for neurons, images in ((1024, 8192), (4096, 4096), (16384, 2048), (65536, 1024)):
+    for neurons, images in shapes:
         layers = _generated_layers(neurons, 8)
         for dt in (np.float32, np.float64):
             ls = [(p, i, d.astype(dt)) for p, i, d in layers]
@@ -166,13 +173,16 @@ def compare(argv: list[str]) -> None:
     ap.add_argument("--images", type=int, default=60000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--skip-real", action="store_true")
+    ap.add_argument("--shapes", default=",".join(f"{n}x{b}" for n, b in SHAPES),
+                    help="generated layers' NEURONSxIMAGES, comma-separated (default %(default)s)")
     ap.add_argument("--baseline", required=True, help="another version of dasknn/kernels/cpu.py to compare with")
     args = ap.parse_args(argv)
     base = _load_baseline(args.baseline)
     peaks = {np.dtype(dt).name: peak_madd(dt, 0.5) for dt in (np.float32, np.float64)}
     print(f"peak multiply-adds/s on one core: float32 {peaks['float32']:.3g}, float64 {peaks['float64']:.3g}")
     print(f"numba {numba.__version__}; % of peak counts one multiply-add per edge and image")
-    _compare_layers(base, args.rounds, peaks)
+    shapes = [tuple(int(v) for v in one.split("x")) for one in args.shapes.split(",")]
+    _compare_layers(base, args.rounds, peaks, shapes)
     if not args.skip_real:
         _compare_real(base, args.images, args.rounds, peaks)
 

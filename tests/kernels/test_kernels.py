@@ -15,6 +15,40 @@ def _challenge_layer(yt: np.ndarray, w: sp.csc_matrix, bias: float, ymax: float)
     return np.where(z != 0, np.clip(z + bias, 0, ymax), 0).astype(yt.dtype)
 
 
+def test_a_layers_twins_are_found_once_while_it_lives_and_forgotten_with_it(monkeypatch):
+    # the loop over layers finds a resident layer's twins on its first call only; an equal layer in other arrays,
+    # or the same one after it is gone, is searched afresh; the results as the uncached loop's
+    import gc
+
+    rng = np.random.default_rng(5)
+    blocks = [_twin_block(rng, 40, [4, 3, 8, 5, 12, 8], [3, 5, 2, 4, 6, 1]) for _ in range(3)]
+    layers = [(w.indptr, w.indices, w.data) for w in blocks]
+    images = cpu.TWIN_MIN_IMAGES + 3
+    yt = rng.random((40, images)) * (rng.random((40, images)) < 0.3)
+    searched = []
+    find = cpu._twin_groups
+    monkeypatch.setattr(cpu, "_twin_groups", lambda *a: searched.append(a[2]) or find(*a))
+    first = cpu.run_layers_numpy(yt.copy(), layers, -0.1, 32.0, np.arange(images))
+    assert len(searched) == 3
+    again = cpu.run_layers_numpy(yt.copy(), layers, -0.1, 32.0, np.arange(images))
+    assert len(searched) == 3  # (all three kept)
+    np.testing.assert_array_equal(first[0], again[0])
+    np.testing.assert_array_equal(first[1], again[1])
+    copies = [(p.copy(), ix.copy(), d) for p, ix, d in layers]
+    fresh = cpu.run_layers_numpy(yt.copy(), copies, -0.1, 32.0, np.arange(images))
+    assert len(searched) == 6
+    np.testing.assert_array_equal(first[0], fresh[0])
+    kept = len(cpu._TWINS_SEEN)
+    del copies
+    gc.collect()
+    assert len(cpu._TWINS_SEEN) == kept - 3  # forgotten with their arrays
+    # below TWIN_MIN_IMAGES no search and nothing kept
+    narrow = yt[:, :cpu.TWIN_MIN_IMAGES - 1].copy()
+    cpu.run_layers_numpy(narrow, [(p.copy(), ix.copy(), d) for p, ix, d in layers], -0.1, 32.0,
+                         np.arange(narrow.shape[1]))
+    assert len(cpu._TWINS_SEEN) == kept - 3
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("received", [0, 1, 37])
 @pytest.mark.parametrize("images", [1, 5, 300])
