@@ -135,6 +135,11 @@ TRAINING = [
     ("data", "tasks", Kill("Model-", "scattered"), True),
     ("data", "tasks", Kill("grad-s5-r1"), True),
     ("data", "tasks", Kill("grad-s17-r0"), True),
+    ("pipeline", "tasks", Kill("psetup-r0-s1"), True),
+    ("pipeline", "tasks", Kill("psetup-r0-s1", "memory"), True),  # set up, before the client has heard
+    ("pipeline", "tasks", Kill("pf-t13-r0-s1-m1"), True),
+    ("pipeline", "tasks", Kill("pb-t6-r0-s0-m2"), True),
+    ("pipeline", "tasks", Kill("pupdate-t17-r0-s0", "memory"), True),  # updated, its state lost with it
 ]
 
 
