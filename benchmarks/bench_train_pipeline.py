@@ -1,12 +1,14 @@
 """Training in pipeline mode (issue 34) beside single, data and model mode: steps per second and the bubble.
 
-Run: ``python benchmarks/bench_train_pipeline.py [--steps 60] [--rounds 2]`` (needs scikit-learn for the digits).
+Run: ``python benchmarks/bench_train_pipeline.py [--steps 60] [--rounds 2] [--runs NAME,...]`` (needs scikit-learn
+for the digits; ``--runs`` picks among the names of ``RUNS``).
 Prints one JSON object. One generated 1024 x 4 network, the digits, Adam, batch 64, one cluster of 2 single-threaded
 worker processes for every distributed run; a short run of every mode first (the kernels compiled, the workers
 warm), then ``--rounds`` timed rounds of every mode in turn. ``seconds`` is the steps alone (``train`` times them
 after its warm-up; its ``compile_seconds`` apart).
 
-The bubble: with K stages of equal work and M micro-batches, GPipe's fill and drain leave each stage idle
+The bubble: with K stages of equal work and M micro-batches, the fill and drain (GPipe's, and 1F1B's with a flush
+every step, which the runner uses: the same bubble, fewer activations held) leave each stage idle
 (K - 1) / (M + K - 1) of a step. Measured here, per stage, as ``1 - busy / seconds``, busy being the seconds its
 forward, backward and update tasks ran: that idle share holds the bubble and everything else a stage waits for
 (the scheduler, the transfers between stages, the client between chunks), so on a small network it is an upper
@@ -55,7 +57,9 @@ def figures(r) -> dict:
         out.update(stages=k, micro_batches=m, bubble_predicted=(k - 1) / (m + k - 1),
                    stage_busy_seconds=r.stage_busy_seconds, idle_share_measured=idle,
                    idle_share_mean=statistics.mean(idle.values()), ideal_gpipe_seconds=ideal,
-                   ideal_over_measured=ideal / r.seconds)
+                   ideal_over_measured=ideal / r.seconds,
+                   # (None on a tree before 1F1B, which did not count them)
+                   stage_held_micro_batches=getattr(r, "stage_held_micro_batches", None))
     return out
 
 
@@ -63,16 +67,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--runs", default=",".join(name for name, *_ in RUNS),
+                    help="which of the runs, comma-separated (default all)")
     a = ap.parse_args()
+    runs = [run for run in RUNS if run[0] in a.runs.split(",")]
     net = generate.network(N, L, seed=0)
     res: dict = {"network": f"generated {N} x {L}", "data": "digits", "batch": 64, "optimizer": "adam",
                  "steps": a.steps, "rounds": {}}
     with local_client(workers=2, threads_per_worker=1) as c:
-        for name, mode, workers, g, micro in RUNS:  # warm-up: every mode once, not timed
+        for name, mode, workers, g, micro in runs:  # warm-up: every mode once, not timed
             one(net, c, mode, workers, g, micro, 4)
         for i in range(a.rounds):
             res["rounds"][i] = {name: figures(one(net, c, mode, workers, g, micro, a.steps))
-                                for name, mode, workers, g, micro in RUNS}
+                                for name, mode, workers, g, micro in runs}
         single = one(net, None, "single", 1, None, 4, 2)
     values = sum(p.size for p in single.model.params)
     dense = L * N * N + N * CLASSES + CLASSES
@@ -86,7 +93,7 @@ def main() -> None:
                               "ratio_to_dense": (both - pipe) / (2 * 8 * dense)}
     res["median_steps_per_second"] = {name: statistics.median(r[name]["steps_per_second"]
                                                               for r in res["rounds"].values())
-                                      for name, *_ in RUNS}
+                                      for name, *_ in runs}
     print(json.dumps(res, indent=1))
 
 

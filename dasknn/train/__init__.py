@@ -46,11 +46,12 @@ Modes on Dask
   gradient values (values only, a tree of tasks pinned to the parts' workers, as in data mode) and every copy
   applies the same step.
 * ``pipeline``: the layers are cut into ``group_size`` consecutive stages balanced by entries (all the workers by
-  default), one per worker, each holding its layers' values and optimiser state (the last stage also the head).
-  Each batch is split into micro-batches that flow forward stage to stage (the activations travel worker to
-  worker) and back (the errors of a stage's inputs travel to the previous stage); each stage sums its
-  micro-batches' gradients and applies the step once all have come back (GPipe's fill and drain, so a step is
-  one synchronous step on the whole batch). With fewer stages than workers, replicas of the pipeline split the
+  default) among the cuts that fit each worker's memory, one per worker, each holding its layers' values and
+  optimiser state (the last stage also the head). Each batch is split into micro-batches that flow forward stage
+  to stage (the activations travel worker to worker) and back (the errors of a stage's inputs travel to the
+  previous stage), one forward and one backward in turn (1F1B); each stage sums its micro-batches' gradients and
+  applies the step once all have come back (a flush every step, so a step is one synchronous step on the whole
+  batch). With fewer stages than workers, replicas of the pipeline split the
   batch and all-reduce each stage's gradient values as hybrid mode does.
 
 If a worker is lost mid-run, the run is rebuilt on the workers there are from the last checkpoint this run

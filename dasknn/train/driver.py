@@ -63,6 +63,9 @@ class TrainResult:
     stage_busy_seconds: dict = field(default_factory=dict)
     #: pipeline mode: each stage's layers, ``[first, last]`` (1-based), as cut by the workers' memory
     stage_layers: list = field(default_factory=list)
+    #: pipeline mode: the most micro-batches whose activations each stage held at once (by ``"r{replica}-s{stage}"``;
+    #: the last stage holds none: its backward pass follows its forward pass at once)
+    stage_held_micro_batches: dict = field(default_factory=dict)
 
     @property
     def bytes_sent_per_step(self) -> float:
@@ -78,7 +81,8 @@ class TrainResult:
                 "dense_masked_state_bytes": self.model.dense_masked_state_bytes(),
                 "bytes_sent_per_step": self.bytes_sent_per_step, "optimizer": self.model.optimizer,
                 "group_size": self.group_size, "restarts": self.restarts, "stages": self.stages,
-                "micro_batches": self.micro_batches, "stage_layers": self.stage_layers}
+                "micro_batches": self.micro_batches, "stage_layers": self.stage_layers,
+                "stage_held_micro_batches": self.stage_held_micro_batches}
 
 
 def layers_of(network) -> tuple[list[sp.csc_matrix], str | None]:
@@ -335,8 +339,9 @@ def train(
         the labels). A seeded ``test_share`` is held out.
     mode
         ``"single"`` (this process, no Dask), ``"data"``, ``"model"``, ``"hybrid"`` or ``"pipeline"`` (the
-        layers cut into consecutive stages balanced by entries, one per worker; micro-batches flow through them,
-        GPipe's fill and drain: see :mod:`dasknn.train.pipeline_mode`).
+        layers cut into consecutive stages balanced by entries within each worker's memory, one per worker;
+        micro-batches flow through them, one forward and one backward in turn (1F1B) with a flush every step:
+        see :mod:`dasknn.train.pipeline_mode`).
     partition
         Model and hybrid mode: an owners array or a partition method; for a stored network also a ``.npy``
         file, and a method's partition is computed once, on a worker of the cluster where one has the memory,
@@ -421,4 +426,5 @@ def _pipeline_figures(mode: str, parts: int, micro_batches: int, run: _Outcome) 
         return {}
     return {"stages": parts, "micro_batches": micro_batches,
             "stage_busy_seconds": run.figures.get("stage_busy_seconds", {}),
-            "stage_layers": run.figures.get("stage_layers", [])}
+            "stage_layers": run.figures.get("stage_layers", []),
+            "stage_held_micro_batches": run.figures.get("stage_held_micro_batches", {})}

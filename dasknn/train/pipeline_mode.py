@@ -4,14 +4,16 @@ per stage over the micro-batches, then one optimiser step per stage. With replic
 workers K), K / G pipelines of G stages each share the batch, and the gradient values of a stage are summed across
 the replicas (values only, a tree of tasks pinned to the stage's workers) before every replica applies the step.
 
-The schedule is GPipe's fill and drain with a flush every step: a stage's update waits for the gradients of all
-the micro-batches, and the next step's forward waits for the update. That is what makes the losses those of one
-synchronous SGD step over the whole batch, as in single mode (the loss and the logits' error are scaled by the
-whole batch's size, so the micro-batches' and replicas' gradients add up to the batch's, up to rounding). The
-graph states only the data dependencies; within a step each worker runs the stage tasks that are ready, so
-backward passes of early micro-batches may start before the last forward pass has run (the numbers do not
-change). 1F1B (one forward, one backward in turn) gives the same numbers and keeps at most K micro-batches'
-activations alive instead of M; it could come later, as an order imposed on each stage's tasks.
+The schedule is 1F1B with a flush every step (PipeDream-Flush): stage ``s`` of K runs K - s forward passes, then
+one backward and one forward in turn, then the backward passes left; a stage's update waits for the gradients of
+all the micro-batches, and the next step's forward waits for the update. The flush is what makes the losses those
+of one synchronous SGD step over the whole batch, as in single mode (the loss and the logits' error are scaled by
+the whole batch's size, so the micro-batches' and replicas' gradients add up to the batch's, up to rounding).
+GPipe's fill and drain (every forward pass, then every backward pass) gives the same numbers and the same bubble,
+but holds all M micro-batches' activations at stage 0 until its first backward pass; 1F1B holds at most K - s
+(``stage_held_micro_batches`` in the result), so more micro-batches, and a smaller bubble, fit a worker. The order
+is stated in the graph: stage ``s``'s forward task of micro-batch ``m`` also waits for its backward task of
+``m - (K - s)``.
 
 One step of one replica is, per micro-batch ``m`` and stage ``s``, a forward task ``pf`` (the stage's layers on the
 previous stage's activations, which Dask moves worker to worker as model mode's compact messages, the zeros left
@@ -69,12 +71,12 @@ def train_stage_cuts(entries: list[int], stages: int) -> list[tuple[int, int]]:
     return [(s.first - 1, s.last) for s in stage_cuts(entries, stages)]
 
 
-def stage_layer_bytes(model: Model, micro_batches: int, images: int) -> np.ndarray:
+def stage_layer_bytes(model: Model, micro_batches: int, images: int, stages: int) -> np.ndarray:
     """The most bytes each layer of ``model`` takes on its stage's worker during a step of ``images`` images (a
-    replica's share of a batch) in ``micro_batches`` micro-batches: its values, optimiser state and pattern, one
-    gradient per micro-batch (kept until the stage sums them) and two more for the sum and the all-reduced total,
-    and its output's activations for every micro-batch (GPipe keeps them all between the forward and backward
-    passes, as dense float64 blocks).
+    replica's share of a batch) in ``micro_batches`` micro-batches through ``stages`` stages: its values,
+    optimiser state and pattern, one gradient per micro-batch (kept until the stage sums them) and two more for
+    the sum and the all-reduced total, and its output's activations (dense float64 blocks) for the micro-batches
+    a stage holds at once between their forward and backward passes (1F1B: at most ``stages``).
 
     Parameters
     ----------
@@ -84,11 +86,14 @@ def stage_layer_bytes(model: Model, micro_batches: int, images: int) -> np.ndarr
         Micro-batches per replica's share of a batch.
     images
         Images in a replica's share of a batch (0: activations not counted).
+    stages
+        Stages of a pipeline.
     """
     copies = 1 + OPT_SLOTS[model.optimizer] + micro_batches + 2
     values = np.array([p.nbytes for p in model.params[:model.depth]], dtype=float)
     pattern = np.array([a.nbytes + b.nbytes for a, b in model.patterns], dtype=float)
-    return values * copies + pattern + float(model.neurons * images * 8)
+    held = min(micro_batches, stages) * -(-images // micro_batches)  # images whose activations a stage holds (1F1B)
+    return values * copies + pattern + float(model.neurons * held * 8)
 
 
 def place_train_stages(model: Model, replicas: list[list[str]], memory: dict[str, float], micro_batches: int,
@@ -105,8 +110,8 @@ def place_train_stages(model: Model, replicas: list[list[str]], memory: dict[str
     entries = [int(p.size) for p in model.params[:model.depth]]
     if not 1 <= len(replicas[0]) <= len(entries):
         train_stage_cuts(entries, len(replicas[0]))  # (its one-line refusal)
-    return place_stages(entries, stage_layer_bytes(model, micro_batches, images), replicas, per_place,
-                        TRAIN_STAGE_SHARE)
+    return place_stages(entries, stage_layer_bytes(model, micro_batches, images, len(replicas[0])), replicas,
+                        per_place, TRAIN_STAGE_SHARE)
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,7 @@ class PipeRun:
     losses: dict = field(default_factory=dict)  # (step, replica, last stage, micro) -> the micro-batch's loss
     grads: dict = field(default_factory=dict)  # (step, replica, stage, micro) -> gradients aligned with params
     busy: dict = field(default_factory=dict)  # "r{replica}-s{stage}" -> seconds in forward/backward/update
+    held: dict = field(default_factory=dict)  # "r{replica}-s{stage}" -> most micro-batches' activations held at once
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_busy(self, replica: int, stage: int, seconds: float) -> None:
@@ -187,8 +193,16 @@ class PipeRun:
             key = f"r{replica}-s{stage}"
             self.busy[key] = self.busy.get(key, 0.0) + seconds
 
+    def save(self, task: MicroTask, activations: list[np.ndarray]) -> None:
+        """Keep a micro-batch's activations for its backward task, counting the most a stage holds at once."""
+        with self.lock:
+            self.saved[task.key] = activations
+            now = sum(1 for k in self.saved if k[1:3] == (task.replica, task.stage))
+            name = f"r{task.replica}-s{task.stage}"
+            self.held[name] = max(self.held.get(name, 0), now)
+
     def figures(self) -> dict:
-        return {"busy": dict(self.busy)}
+        return {"busy": dict(self.busy), "held": dict(self.held)}
 
     def close(self) -> None:
         self.stages.clear()
@@ -261,7 +275,8 @@ def forward_stage(task: MicroTask, inputs, idx: np.ndarray, labels, scale: float
         run.losses[task.key], dlog = softmax_xent(hw.T @ ys[-1] + hb[:, None], labels[idx], scale)
         out = _message(_backward(run, st, task, ys, dlog, None))
     else:
-        run.saved[task.key], out = ys, _message(ys[-1])
+        run.save(task, ys)
+        out = _message(ys[-1])
     run.add_busy(task.replica, task.stage, time.perf_counter() - t0)
     return out
 
@@ -341,7 +356,7 @@ class PipelineRunner:
         placed = place_train_stages(model, replicas, memory_of(client, sorted(set(w for ws in replicas for w in ws))),
                                     micro_batches, images)
         if not placed.fits:
-            need = stage_layer_bytes(model, micro_batches, images).sum()
+            need = stage_layer_bytes(model, micro_batches, images, len(replicas[0])).sum()
             raise DasknnError(
                 f"pipeline mode: the model's training state ({need / 1e9:.2f} GB a replica, {micro_batches} "
                 f"micro-batches of {images} images) fits no cut into {len(replicas[0])} stages on these workers (a "
@@ -411,7 +426,13 @@ class PipelineRunner:
         for m, idx in enumerate(micros):
             fwd, prev = [], None
             for s in range(stages):
-                after = ref(updated[(r, s)]) if (r, s) in updated else None  # the previous step's update
+                # besides its inputs a forward task waits for the previous step's update of its stage and (1F1B) for
+                # the stage's backward task of micro-batch m - (stages - s): a stage holds at most stages - s
+                # micro-batches' activations (the last stage's forward task does its backward pass itself)
+                waits = [updated[(r, s)]] if (r, s) in updated else []
+                if s < stages - 1 and m >= stages - s:
+                    waits.append(back[s][m - (stages - s)])
+                after = refs(waits)
                 inputs = self.x[ws[0]] if s == 0 else ref(prev)
                 labels = self.y[ws[-1]] if s == stages - 1 else None
                 prev = graph.add(ws[s], f"pf-t{t}-r{r}-s{s}-m{m}", (
@@ -436,11 +457,15 @@ class PipelineRunner:
         """Seconds each stage's tasks (forward, backward, update) were busy in this run, by ``"r{replica}-s{stage}"``,
         summed over the workers; and each stage's layers (1-based, first and last)."""
         busy: dict[str, float] = {}
+        held: dict[str, int] = {}
         for found in self.client.run(run_figures, self.run_id, on_error="ignore").values():
             if isinstance(found, dict):
                 for key, seconds in found.get("busy", {}).items():
                     busy[key] = busy.get(key, 0.0) + seconds
-        return {"stage_busy_seconds": busy, "stage_layers": [[lo + 1, hi] for lo, hi in self.cuts]}
+                for key, count in found.get("held", {}).items():
+                    held[key] = max(held.get(key, 0), count)
+        return {"stage_busy_seconds": busy, "stage_layers": [[lo + 1, hi] for lo, hi in self.cuts],
+                "stage_held_micro_batches": held}
 
     def close(self) -> None:
         """Let go of the run on the workers (its stages' states) and of the data scattered for it."""

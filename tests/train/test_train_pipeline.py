@@ -31,14 +31,16 @@ def test_stage_cuts_are_consecutive_balanced_and_leave_every_stage_a_layer():
 def test_stage_layer_bytes_count_state_gradients_and_activations():
     model = tr.init_model(random_layers(depth=3), C, seed=0, optimizer="adam")
     values, pattern = model.params[0].nbytes, sum(a.nbytes for a in model.patterns[0])
-    # values, 2 Adam slots, 4 micro-batches' gradients, their sum and the total; 8-byte activations of 10 images
-    assert stage_layer_bytes(model, 4, 10)[0] == values * 9 + pattern + model.neurons * 10 * 8
-    assert stage_layer_bytes(model, 1, 0)[0] == values * 6 + pattern
+    # values, 2 Adam slots, 4 micro-batches' gradients, their sum and the total; 8-byte activations of the
+    # micro-batches a stage holds at once (1F1B: as many as the stages, at most): 2 of 3 images, or all 4
+    assert stage_layer_bytes(model, 4, 10, 2)[0] == values * 9 + pattern + model.neurons * 2 * 3 * 8
+    assert stage_layer_bytes(model, 4, 10, 5)[0] == values * 9 + pattern + model.neurons * 4 * 3 * 8
+    assert stage_layer_bytes(model, 1, 0, 2)[0] == values * 6 + pattern
 
 
 def _memory_for(model, micro: int, images: int, layers: float) -> float:
     # a memory limit whose stage share holds ``layers`` of the model's (equal) layers
-    return layers * stage_layer_bytes(model, micro, images)[0] / TRAIN_STAGE_SHARE
+    return layers * stage_layer_bytes(model, micro, images, 2)[0] / TRAIN_STAGE_SHARE
 
 
 def test_train_stages_are_cut_and_placed_by_each_workers_memory():
@@ -68,7 +70,7 @@ def test_pipeline_training_follows_and_refuses_by_the_workers_memory(client, mon
     x, y = toy_data(60)
     kw = dict(epochs=2, batch=16, lr=0.05, optimizer="momentum", seed=5, max_steps=4)
     model = tr.init_model(random_layers(depth=4), C, seed=5, optimizer="momentum")
-    one = stage_layer_bytes(model, 2, 16)
+    one = stage_layer_bytes(model, 2, 16, 2)
     assert np.ptp(one) == 0  # (equal layers: the limits below count in layers)
     roomy, tight = sorted(client.nthreads())
     limits = {tight: _memory_for(model, 2, 16, 1.5), roomy: _memory_for(model, 2, 16, 3.5)}
@@ -145,6 +147,10 @@ def test_digits_losses_equal_single_process(client, digits_network, digits_singl
     for a, b in zip(run.model.params, single.model.params):
         assert rel(a, b) < 1e-10
     assert run.summary()["stages"] == stages and run.bytes_sent_per_step > 0
+    # 1F1B: stage s holds at most stages - s micro-batches' activations (GPipe's fill and drain held all of them)
+    held = run.summary()["stage_held_micro_batches"]
+    assert set(held) == {f"r0-s{s}" for s in range(stages - 1)}
+    assert all(1 <= held[f"r0-s{s}"] <= stages - s for s in range(stages - 1)), held
 
 
 def test_digits_deeper_network_losses_equal_single_process(client):
