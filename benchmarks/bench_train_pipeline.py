@@ -1,7 +1,8 @@
 """Training in pipeline mode (issue 34) beside single, data and model mode: steps per second and the bubble.
 
-Run: ``python benchmarks/bench_train_pipeline.py [--steps 60] [--rounds 2] [--runs NAME,...]`` (needs scikit-learn
-for the digits; ``--runs`` picks among the names of ``RUNS``).
+Run: ``python benchmarks/bench_train_pipeline.py [--steps 60] [--rounds 2] [--runs NAME,...]
+[--pipeline-schedules gpipe,1f1b]`` (needs scikit-learn for the digits; ``--runs`` picks among the names of ``RUNS``;
+with several ``--pipeline-schedules`` every pipeline run is made once per order, in turn, its name suffixed).
 Prints one JSON object. One generated 1024 x 4 network, the digits, Adam, batch 64, one cluster of 2 single-threaded
 worker processes for every distributed run; a short run of every mode first (the kernels compiled, the workers
 warm), then ``--rounds`` timed rounds of every mode in turn. ``seconds`` is the steps alone (``train`` times them
@@ -39,10 +40,11 @@ RUNS = [("single", "single", 1, None, 4), ("data_2", "data", 2, None, 4), ("mode
         ("pipeline_2_replicas_x_K2_M4_on_2_workers", "pipeline", 4, 2, 4)]
 
 
-def one(net, client, mode: str, workers: int, group_size, micro: int, steps: int):
+def one(net, client, mode: str, workers: int, group_size, micro: int, steps: int, order: str = "auto"):
+    extra = {"pipeline_schedule": order} if mode == "pipeline" and order != "auto" else {}
     return tr.train(net, "digits", batch=64, lr=1e-3, optimizer="adam", mode=mode, workers=workers,
                     group_size=group_size, micro_batches=micro, client=None if mode == "single" else client, seed=0,
-                    max_steps=steps, partition="random", chunk=steps)
+                    max_steps=steps, partition="random", chunk=steps, **extra)
 
 
 def figures(r) -> dict:
@@ -59,30 +61,37 @@ def figures(r) -> dict:
                    idle_share_mean=statistics.mean(idle.values()), ideal_gpipe_seconds=ideal,
                    ideal_over_measured=ideal / r.seconds,
                    # (None on a tree before 1F1B, which did not count them)
-                   stage_held_micro_batches=getattr(r, "stage_held_micro_batches", None))
+                   stage_held_micro_batches=getattr(r, "stage_held_micro_batches", None),
+                   pipeline_schedule=getattr(r, "pipeline_schedule", None))
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--layers", type=int, default=L, help=f"the generated network's depth (default {L})")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--runs", default=",".join(name for name, *_ in RUNS),
                     help="which of the runs, comma-separated (default all)")
+    ap.add_argument("--pipeline-schedules", default="auto",
+                    help="each pipeline run once per order, comma-separated: auto, gpipe, 1f1b (default auto)")
     a = ap.parse_args()
-    runs = [run for run in RUNS if run[0] in a.runs.split(",")]
-    net = generate.network(N, L, seed=0)
-    res: dict = {"network": f"generated {N} x {L}", "data": "digits", "batch": 64, "optimizer": "adam",
+    orders = a.pipeline_schedules.split(",")
+    runs = [(f"{name}_{order}" if mode == "pipeline" and len(orders) > 1 else name, mode, workers, g, micro, order)
+            for name, mode, workers, g, micro in RUNS if name in a.runs.split(",")
+            for order in (orders if mode == "pipeline" else ["auto"])]
+    net = generate.network(N, a.layers, seed=0)
+    res: dict = {"network": f"generated {N} x {a.layers}", "data": "digits", "batch": 64, "optimizer": "adam",
                  "steps": a.steps, "rounds": {}}
     with local_client(workers=2, threads_per_worker=1) as c:
-        for name, mode, workers, g, micro in runs:  # warm-up: every mode once, not timed
-            one(net, c, mode, workers, g, micro, 4)
+        for name, mode, workers, g, micro, order in runs:  # warm-up: every mode once, not timed
+            one(net, c, mode, workers, g, micro, 4, order)
         for i in range(a.rounds):
-            res["rounds"][i] = {name: figures(one(net, c, mode, workers, g, micro, a.steps))
-                                for name, mode, workers, g, micro in runs}
+            res["rounds"][i] = {name: figures(one(net, c, mode, workers, g, micro, a.steps, order))
+                                for name, mode, workers, g, micro, order in runs}
         single = one(net, None, "single", 1, None, 4, 2)
     values = sum(p.size for p in single.model.params)
-    dense = L * N * N + N * CLASSES + CLASSES
+    dense = a.layers * N * N + N * CLASSES + CLASSES
     res["allreduce_values_over_dense"] = values / dense
     with local_client(workers=4, threads_per_worker=1) as c:
         one(net, c, "pipeline", 4, 2, 4, 2)  # (warm-up)

@@ -7,7 +7,7 @@ import os
 
 from ..cluster import add_tls_arguments, local_client, tls_options
 from ..errors import DasknnError
-from ..train import MODES, OPTIMIZERS, import_weights, train
+from ..train import MODES, OPTIMIZERS, PIPELINE_SCHEDULES, import_weights, train
 from .common import check_report, emit, performance_report, plural, positive_int
 
 
@@ -40,6 +40,11 @@ def add_train_parser(subparsers) -> None:
                         "pipeline mode: stages per pipeline (default all the workers: one pipeline)")
     p.add_argument("--micro-batches", type=positive_int, default=4, metavar="M",
                    help="pipeline mode: micro-batches per pipeline's share of each batch (default 4)")
+    p.add_argument("--pipeline-schedule", choices=PIPELINE_SCHEDULES, default="auto",
+                   help="pipeline mode: the micro-batches' order: gpipe (every forward pass, then every backward "
+                        "one; the faster where tasks are short), 1f1b (one forward, one backward in turn: stage s of "
+                        "K holds at most K - s micro-batches' activations), or auto (default): gpipe where its "
+                        "activations fit the workers' memory, else 1f1b")
     p.add_argument("--exchange", choices=("auto", "tasks", "p2p"), default="auto",
                    help="model/hybrid: how the parts' messages travel: as task results Dask moves (tasks: tasks per "
                         "part and layer of every step), pushed worker to worker over Dask's comms (p2p: one task per "
@@ -66,7 +71,8 @@ def run_train(args) -> int:
                   partition=args.partition, workers=args.workers, group_size=args.group_size,
                   checkpoint_every=args.checkpoint_every,
                   checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, bias=args.bias, init=args.init,
-                  backend="gpu" if args.gpu else "cpu", exchange=args.exchange, micro_batches=args.micro_batches)
+                  backend="gpu" if args.gpu else "cpu", exchange=args.exchange, micro_batches=args.micro_batches,
+                  pipeline_schedule=args.pipeline_schedule)
     tls = getattr(args, "tls", False) or getattr(args, "tls_ca", None)
     if args.mode != "single" and (getattr(args, "scheduler", None) or tls):
         with local_client(workers=None if args.scheduler else min(args.workers, os.cpu_count() or 1),
@@ -114,7 +120,7 @@ def check_before_a_cluster(args: argparse.Namespace) -> None:
     from ..train.driver import check_arguments
 
     check_arguments(args.mode, args.epochs, args.batch, args.lr, args.workers, args.group_size,
-                    args.checkpoint_every, args.checkpoint, args.resume, args.micro_batches)
+                    args.checkpoint_every, args.checkpoint, args.resume, args.micro_batches, args.pipeline_schedule)
     check_backend("gpu" if args.gpu else "cpu", args.mode)
     open_store(args.network, check="metadata")
 

@@ -87,10 +87,12 @@ from .model import (
     softmax_xent,
 )
 from .parts import join_model, split_model
+from .pipeline_mode import PIPELINE_SCHEDULES
 from .weights import import_weights
 
 __all__ = [
     "ADAM", "AWAIT_WORKERS_SECONDS", "BACKENDS", "array_module", "MAX_RESTARTS", "MODES", "MOMENTUM", "OPTIMIZERS", "OPT_SLOTS", "Model",
+    "PIPELINE_SCHEDULES",
     "TrainResult", "accuracy", "active", "apply_update", "back_input", "forward", "forward_layer", "gradients",
     "import_weights", "init_model", "join_model", "load_checkpoint", "load_data", "load_digits_1024", "logits",
     "save_checkpoint", "schedule", "sgd_step", "softmax_xent", "split", "split_model", "train", "weight_grad",

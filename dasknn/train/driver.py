@@ -27,7 +27,7 @@ from .data_mode import DataRunner
 from .device import check_backend, take_batch
 from .model import Model, accuracy, init_model, sgd_step
 from .model_mode import ModelRunner
-from .pipeline_mode import PipelineRunner
+from .pipeline_mode import AUTO_SCHEDULE, PIPELINE_SCHEDULES, PipelineRunner
 
 MODES = modes.TRAINING
 #: Times a run rebuilds itself after losing a worker before it gives up.
@@ -63,6 +63,8 @@ class TrainResult:
     stage_busy_seconds: dict = field(default_factory=dict)
     #: pipeline mode: each stage's layers, ``[first, last]`` (1-based), as cut by the workers' memory
     stage_layers: list = field(default_factory=list)
+    #: pipeline mode: the order of the micro-batches it ran (``gpipe`` or ``1f1b``)
+    pipeline_schedule: str = ""
     #: pipeline mode: the most micro-batches whose activations each stage held at once (by ``"r{replica}-s{stage}"``;
     #: the last stage holds none: its backward pass follows its forward pass at once)
     stage_held_micro_batches: dict = field(default_factory=dict)
@@ -82,7 +84,8 @@ class TrainResult:
                 "bytes_sent_per_step": self.bytes_sent_per_step, "optimizer": self.model.optimizer,
                 "group_size": self.group_size, "restarts": self.restarts, "stages": self.stages,
                 "micro_batches": self.micro_batches, "stage_layers": self.stage_layers,
-                "stage_held_micro_batches": self.stage_held_micro_batches}
+                "stage_held_micro_batches": self.stage_held_micro_batches,
+                "pipeline_schedule": self.pipeline_schedule}
 
 
 def layers_of(network) -> tuple[list[sp.csc_matrix], str | None]:
@@ -98,7 +101,8 @@ def layers_of(network) -> tuple[list[sp.csc_matrix], str | None]:
 
 
 def check_arguments(mode: str, epochs: int, batch: int, lr: float, workers: int, group_size: int | None,
-                    checkpoint_every: int, checkpoint, resume: bool, micro_batches: int = 4) -> int:
+                    checkpoint_every: int, checkpoint, resume: bool, micro_batches: int = 4,
+                    pipeline_schedule: str = AUTO_SCHEDULE) -> int:
     """Refuse what cannot run (one line each); return the parts per group (1 outside model and hybrid mode; the
     stages per pipeline in pipeline mode)."""
     if mode not in MODES:
@@ -107,6 +111,9 @@ def check_arguments(mode: str, epochs: int, batch: int, lr: float, workers: int,
         raise DasknnError("--epochs, --batch and --workers must be at least 1 and --lr positive")
     if micro_batches < 1:
         raise DasknnError(f"--micro-batches must be at least 1, not {micro_batches}")
+    if pipeline_schedule not in PIPELINE_SCHEDULES:
+        raise DasknnError(f"--pipeline-schedule must be one of {', '.join(PIPELINE_SCHEDULES)}, "
+                          f"not {pipeline_schedule!r}")
     parts = modes.group_size_of(mode, workers, group_size)
     if (checkpoint_every or resume) and checkpoint is None:
         raise DasknnError("--checkpoint-every and --resume need --checkpoint STORE")
@@ -140,8 +147,9 @@ class _Job:
     progress: Callable[[int], None] | None
     #: the training kernels on this device, compiled before the clock
     warm: WarmSpec
-    #: pipeline mode: micro-batches per replica's share of a batch
+    #: pipeline mode: micro-batches per replica's share of a batch, and their order (gpipe, 1f1b or auto)
     micro_batches: int = 4
+    pipeline_schedule: str = AUTO_SCHEDULE
 
 
 @dataclass
@@ -212,8 +220,8 @@ def _runner_factory(client, mode: str, workers: int, parts: int, owners: np.ndar
             return DataRunner(client, ws, m, job.xt, job.labels), len(names)
         if mode == modes.PIPELINE:  # replicas of `parts` stages each
             return PipelineRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, job.xt,
-                                  job.labels, job.micro_batches, max((len(t) for t in job.todo), default=0)
-                                  ), len(names)
+                                  job.labels, job.micro_batches, max((len(t) for t in job.todo), default=0),
+                                  job.pipeline_schedule), len(names)
         return ModelRunner(client, [ws[i:i + parts] for i in range(0, workers, parts)], m, owners, job.xt,
                            job.labels, exchange), len(names)
 
@@ -325,6 +333,7 @@ def train(
     backend: str = "cpu",
     exchange: str = "auto",
     micro_batches: int = 4,
+    pipeline_schedule: str = AUTO_SCHEDULE,
 ) -> TrainResult:
     """Train a sparse network (fixed pattern) with a dense classifier head; see the module's description.
 
@@ -371,6 +380,11 @@ def train(
     micro_batches
         Pipeline mode: micro-batches per pipeline's share of each batch (the bubble is (K - 1) / (M + K - 1) of
         a step for K stages and M micro-batches).
+    pipeline_schedule
+        Pipeline mode: the order of a step's micro-batches, ``"gpipe"`` (every forward pass, then every backward
+        one: the faster where a stage's tasks are short), ``"1f1b"`` (one forward, one backward in turn: stage
+        ``s`` of K holds at most K - s micro-batches' activations) or ``"auto"``: GPipe where its activations fit
+        the workers' memory, else 1F1B. The losses are the same.
 
     Notes
     -----
@@ -380,7 +394,7 @@ def train(
     of an uninterrupted run.
     """
     parts = check_arguments(mode, epochs, batch, lr, workers, group_size, checkpoint_every, checkpoint, resume,
-                            micro_batches)
+                            micro_batches, pipeline_schedule)
     check_backend(backend, mode)
     layers, path = layers_of(network)
     if mode == modes.PIPELINE and parts > len(layers):
@@ -395,7 +409,8 @@ def train(
     bounds = list(chunk_bounds(model.step, len(todo), chunk, checkpoint_every))
     # the images and labels go to the device once; the batches are taken there
     job = _Job(to_device(np.ascontiguousarray(x_tr.T), backend), to_device(y_tr, backend), todo, bounds, lr,
-               checkpoint, checkpoint_every, seed, progress, WarmSpec(backend=backend, training=True), micro_batches)
+               checkpoint, checkpoint_every, seed, progress, WarmSpec(backend=backend, training=True), micro_batches,
+               pipeline_schedule)
     part_name = ""
     if mode == "single":
         run = _run_single(model.on(backend), job)
@@ -427,4 +442,5 @@ def _pipeline_figures(mode: str, parts: int, micro_batches: int, run: _Outcome) 
     return {"stages": parts, "micro_batches": micro_batches,
             "stage_busy_seconds": run.figures.get("stage_busy_seconds", {}),
             "stage_layers": run.figures.get("stage_layers", []),
-            "stage_held_micro_batches": run.figures.get("stage_held_micro_batches", {})}
+            "stage_held_micro_batches": run.figures.get("stage_held_micro_batches", {}),
+            "pipeline_schedule": run.figures.get("pipeline_schedule", "")}

@@ -4,16 +4,21 @@ per stage over the micro-batches, then one optimiser step per stage. With replic
 workers K), K / G pipelines of G stages each share the batch, and the gradient values of a stage are summed across
 the replicas (values only, a tree of tasks pinned to the stage's workers) before every replica applies the step.
 
-The schedule is 1F1B with a flush every step (PipeDream-Flush): stage ``s`` of K runs K - s forward passes, then
-one backward and one forward in turn, then the backward passes left; a stage's update waits for the gradients of
-all the micro-batches, and the next step's forward waits for the update. The flush is what makes the losses those
-of one synchronous SGD step over the whole batch, as in single mode (the loss and the logits' error are scaled by
-the whole batch's size, so the micro-batches' and replicas' gradients add up to the batch's, up to rounding).
-GPipe's fill and drain (every forward pass, then every backward pass) gives the same numbers and the same bubble,
-but holds all M micro-batches' activations at stage 0 until its first backward pass; 1F1B holds at most K - s
-(``stage_held_micro_batches`` in the result), so more micro-batches, and a smaller bubble, fit a worker. The order
-is stated in the graph: stage ``s``'s forward task of micro-batch ``m`` also waits for its backward task of
-``m - (K - s)``.
+A step ends with a flush: a stage's update waits for the gradients of all the micro-batches, and the next step's
+forward waits for the update. That is what makes the losses those of one synchronous SGD step over the whole
+batch, as in single mode (the loss and the logits' error are scaled by the whole batch's size, so the
+micro-batches' and replicas' gradients add up to the batch's, up to rounding). Within a step, two orders
+(``pipeline_schedule``), the same numbers and the same bubble:
+
+- ``gpipe``, GPipe's fill and drain: the graph states only the data dependencies, each worker runs the stage tasks
+  that are ready, so stage 0 runs every forward pass back to back and holds all M micro-batches' activations until
+  its first backward pass;
+- ``1f1b`` (PipeDream-Flush): stage ``s`` of K runs K - s forward passes, then one backward and one forward in
+  turn, and holds at most K - s micro-batches' activations; stated in the graph, stage ``s``'s forward task of
+  micro-batch ``m`` also waits for its backward task of ``m - (K - s)``. Each of those waits is a round trip
+  through the later stages and the scheduler, which on short tasks costs more than GPipe's freedom (BENCHMARKS.md);
+- ``auto`` (the default): GPipe where a cut of the stages fits its activations in the workers' memory
+  (:func:`place_train_stages`), else 1F1B. ``stage_held_micro_batches`` in the result counts what each stage held.
 
 One step of one replica is, per micro-batch ``m`` and stage ``s``, a forward task ``pf`` (the stage's layers on the
 previous stage's activations, which Dask moves worker to worker as model mode's compact messages, the zeros left
@@ -44,8 +49,13 @@ from ..runtime.recovery import gather_watched, memory_of
 from ..runtime.worker_runs import close_run, run_figures, worker_run
 from .model import OPT_SLOTS, Model, active, apply_update, flatten, forward_layer, softmax_xent, unflatten
 
-__all__ = ["PipelineRunner", "join_stages", "place_train_stages", "split_stages", "stage_layer_bytes",
-           "train_stage_cuts"]
+__all__ = ["PipelineRunner", "PIPELINE_SCHEDULES", "TrainStagePlan", "held_micro_batches", "join_stages", "place_train_stages",
+           "split_stages", "stage_layer_bytes", "train_stage_cuts"]
+
+#: The orders of a step's micro-batches through the stages (:class:`PipelineRunner`): GPipe's fill and drain, 1F1B
+#: (one forward, one backward in turn), or ``auto``: GPipe where its activations fit the workers, else 1F1B.
+GPIPE, ONE_F_ONE_B, AUTO_SCHEDULE = "gpipe", "1f1b", "auto"
+PIPELINE_SCHEDULES = (AUTO_SCHEDULE, GPIPE, ONE_F_ONE_B)
 
 #: Share of a worker's memory limit its stage may take during a step (:func:`stage_layer_bytes`): below Dask's
 #: spill target (``distributed.worker.memory.target``, 0.6), leaving room for the messages in flight and the
@@ -71,12 +81,19 @@ def train_stage_cuts(entries: list[int], stages: int) -> list[tuple[int, int]]:
     return [(s.first - 1, s.last) for s in stage_cuts(entries, stages)]
 
 
-def stage_layer_bytes(model: Model, micro_batches: int, images: int, stages: int) -> np.ndarray:
+def held_micro_batches(pipeline_schedule: str, micro_batches: int, stages: int) -> int:
+    """The most micro-batches whose activations a stage holds at once under ``pipeline_schedule`` (GPipe: all of
+    them; 1F1B:
+    ``stages - s`` at stage ``s``, so ``stages`` at most)."""
+    return micro_batches if pipeline_schedule == GPIPE else min(micro_batches, stages)
+
+
+def stage_layer_bytes(model: Model, micro_batches: int, images: int, held: int) -> np.ndarray:
     """The most bytes each layer of ``model`` takes on its stage's worker during a step of ``images`` images (a
-    replica's share of a batch) in ``micro_batches`` micro-batches through ``stages`` stages: its values,
-    optimiser state and pattern, one gradient per micro-batch (kept until the stage sums them) and two more for
-    the sum and the all-reduced total, and its output's activations (dense float64 blocks) for the micro-batches
-    a stage holds at once between their forward and backward passes (1F1B: at most ``stages``).
+    replica's share of a batch) in ``micro_batches`` micro-batches: its values, optimiser state and pattern, one
+    gradient per micro-batch (kept until the stage sums them) and two more for the sum and the all-reduced total,
+    and its output's activations (dense float64 blocks) for the ``held`` micro-batches a stage holds at once
+    between their forward and backward passes (:func:`held_micro_batches`).
 
     Parameters
     ----------
@@ -86,32 +103,49 @@ def stage_layer_bytes(model: Model, micro_batches: int, images: int, stages: int
         Micro-batches per replica's share of a batch.
     images
         Images in a replica's share of a batch (0: activations not counted).
-    stages
-        Stages of a pipeline.
+    held
+        Micro-batches whose activations a stage holds at once.
     """
     copies = 1 + OPT_SLOTS[model.optimizer] + micro_batches + 2
     values = np.array([p.nbytes for p in model.params[:model.depth]], dtype=float)
     pattern = np.array([a.nbytes + b.nbytes for a, b in model.patterns], dtype=float)
-    held = min(micro_batches, stages) * -(-images // micro_batches)  # images whose activations a stage holds (1F1B)
-    return values * copies + pattern + float(model.neurons * held * 8)
+    held_images = min(images, held * -(-images // micro_batches)) if micro_batches else 0
+    return values * copies + pattern + float(model.neurons * held_images * 8)
+
+
+@dataclass(frozen=True)
+class TrainStagePlan:
+    """Where a training pipeline's stages go (:func:`place_train_stages`) and the order of the micro-batches
+    (``gpipe`` or ``1f1b``) their memory was counted for."""
+
+    placement: StagePlacement
+    pipeline_schedule: str
+
 
 
 def place_train_stages(model: Model, replicas: list[list[str]], memory: dict[str, float], micro_batches: int,
-                       images: int) -> StagePlacement:
+                       images: int, pipeline_schedule: str = AUTO_SCHEDULE) -> TrainStagePlan:
     """The stages of ``model`` for the pipelines ``replicas`` whose workers have the memory limits ``memory``
     (bytes, by worker): balanced by entries (training runs every image through every layer) among the cuts whose
-    stages fit :data:`TRAIN_STAGE_SHARE` of their workers' limits (:func:`stage_layer_bytes`), the workers placed
-    by their limits where these differ (:func:`dasknn.stages.place_stages`). A worker that holds several places
-    (fewer workers than stages) splits its memory between them. ``fits`` is False where no cut fits (the cut
-    is then by entries alone).
+    stages fit :data:`TRAIN_STAGE_SHARE` of their workers' limits (:func:`stage_layer_bytes` under ``pipeline_schedule``),
+    the workers placed by their limits where these differ (:func:`dasknn.stages.place_stages`). A worker that
+    holds several places (fewer workers than stages) splits its memory between them. The placement's ``fits`` is
+    False where no cut fits (the cut is then by entries alone). With ``auto``, GPipe (the faster where tasks are
+    short: BENCHMARKS.md) where a cut fits its activations, else 1F1B.
     """
     places = [w for ws in replicas for w in ws]
     per_place = {w: memory[w] / places.count(w) for w in set(places)}
     entries = [int(p.size) for p in model.params[:model.depth]]
-    if not 1 <= len(replicas[0]) <= len(entries):
-        train_stage_cuts(entries, len(replicas[0]))  # (its one-line refusal)
-    return place_stages(entries, stage_layer_bytes(model, micro_batches, images, len(replicas[0])), replicas,
-                        per_place, TRAIN_STAGE_SHARE)
+    stages = len(replicas[0])
+    if not 1 <= stages <= len(entries):
+        train_stage_cuts(entries, stages)  # (its one-line refusal)
+    tried = (GPIPE, ONE_F_ONE_B) if pipeline_schedule == AUTO_SCHEDULE else (pipeline_schedule,)
+    for one in tried:
+        sizes = stage_layer_bytes(model, micro_batches, images, held_micro_batches(one, micro_batches, stages))
+        placed = place_stages(entries, sizes, replicas, per_place, TRAIN_STAGE_SHARE)
+        if placed.fits:
+            break
+    return TrainStagePlan(placed, one)
 
 
 @dataclass(frozen=True)
@@ -349,19 +383,24 @@ class PipelineRunner:
     the runner refuses in one line."""
 
     def __init__(self, client, replicas: list[list[str]], model: Model, xt: np.ndarray, labels: np.ndarray,
-                 micro_batches: int = 4, batch: int = 0):
+                 micro_batches: int = 4, batch: int = 0, pipeline_schedule: str = AUTO_SCHEDULE):
         if micro_batches < 1:
             raise DasknnError(f"--micro-batches must be at least 1, not {micro_batches}")
-        images = -(-batch // len(replicas))
-        placed = place_train_stages(model, replicas, memory_of(client, sorted(set(w for ws in replicas for w in ws))),
-                                    micro_batches, images)
+        if pipeline_schedule not in PIPELINE_SCHEDULES:
+            raise DasknnError(f"--pipeline-schedule must be one of {', '.join(PIPELINE_SCHEDULES)}, "
+                              f"not {pipeline_schedule!r}")
+        images, stages = -(-batch // len(replicas)), len(replicas[0])
+        plan = place_train_stages(model, replicas, memory_of(client, sorted(set(w for ws in replicas for w in ws))),
+                                  micro_batches, images, pipeline_schedule)
+        placed, self.pipeline_schedule = plan.placement, plan.pipeline_schedule
         if not placed.fits:
-            need = stage_layer_bytes(model, micro_batches, images, len(replicas[0])).sum()
+            held = held_micro_batches(plan.pipeline_schedule, micro_batches, stages)
+            need = stage_layer_bytes(model, micro_batches, images, held).sum()
             raise DasknnError(
                 f"pipeline mode: the model's training state ({need / 1e9:.2f} GB a replica, {micro_batches} "
-                f"micro-batches of {images} images) fits no cut into {len(replicas[0])} stages on these workers (a "
-                f"stage may take {TRAIN_STAGE_SHARE:.0%} of its worker's memory limit): use more workers or stages, "
-                f"fewer images a step, or workers with more memory")
+                f"micro-batches of {images} images, {plan.pipeline_schedule}) fits no cut into {stages} stages on these "
+                f"workers (a stage may take {TRAIN_STAGE_SHARE:.0%} of its worker's memory limit): use more workers "
+                f"or stages, fewer images a step, or workers with more memory")
         replicas = placed.groups
         self.client, self.replicas, self.template, self.micro_batches = client, replicas, model, micro_batches
         self.workers = [w for ws in replicas for w in ws]
@@ -430,7 +469,7 @@ class PipelineRunner:
                 # the stage's backward task of micro-batch m - (stages - s): a stage holds at most stages - s
                 # micro-batches' activations (the last stage's forward task does its backward pass itself)
                 waits = [updated[(r, s)]] if (r, s) in updated else []
-                if s < stages - 1 and m >= stages - s:
+                if self.pipeline_schedule == ONE_F_ONE_B and s < stages - 1 and m >= stages - s:
                     waits.append(back[s][m - (stages - s)])
                 after = refs(waits)
                 inputs = self.x[ws[0]] if s == 0 else ref(prev)
@@ -465,7 +504,7 @@ class PipelineRunner:
                 for key, count in found.get("held", {}).items():
                     held[key] = max(held.get(key, 0), count)
         return {"stage_busy_seconds": busy, "stage_layers": [[lo + 1, hi] for lo, hi in self.cuts],
-                "stage_held_micro_batches": held}
+                "stage_held_micro_batches": held, "pipeline_schedule": self.pipeline_schedule}
 
     def close(self) -> None:
         """Let go of the run on the workers (its stages' states) and of the data scattered for it."""

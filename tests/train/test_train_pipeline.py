@@ -8,8 +8,8 @@ import pytest
 from dasknn import train as tr
 from dasknn.errors import DasknnError
 from dasknn.train import pipeline_mode
-from dasknn.train.pipeline_mode import (TRAIN_STAGE_SHARE, join_stages, place_train_stages, split_stages,
-                                        stage_layer_bytes, train_stage_cuts)
+from dasknn.train.pipeline_mode import (TRAIN_STAGE_SHARE, held_micro_batches, join_stages, place_train_stages,
+                                        split_stages, stage_layer_bytes, train_stage_cuts)
 
 from examples import C, random_layers, rel, toy_data
 
@@ -32,35 +32,53 @@ def test_stage_layer_bytes_count_state_gradients_and_activations():
     model = tr.init_model(random_layers(depth=3), C, seed=0, optimizer="adam")
     values, pattern = model.params[0].nbytes, sum(a.nbytes for a in model.patterns[0])
     # values, 2 Adam slots, 4 micro-batches' gradients, their sum and the total; 8-byte activations of the
-    # micro-batches a stage holds at once (1F1B: as many as the stages, at most): 2 of 3 images, or all 4
+    # micro-batches a stage holds at once: 2 of 3 images (1F1B, 2 stages), or all 4, the share's 10 (GPipe)
     assert stage_layer_bytes(model, 4, 10, 2)[0] == values * 9 + pattern + model.neurons * 2 * 3 * 8
-    assert stage_layer_bytes(model, 4, 10, 5)[0] == values * 9 + pattern + model.neurons * 4 * 3 * 8
-    assert stage_layer_bytes(model, 1, 0, 2)[0] == values * 6 + pattern
+    assert stage_layer_bytes(model, 4, 10, 4)[0] == values * 9 + pattern + model.neurons * 10 * 8
+    assert stage_layer_bytes(model, 1, 0, 1)[0] == values * 6 + pattern
+    assert [held_micro_batches(s, 8, 3) for s in ("gpipe", "1f1b")] == [8, 3]
+    assert [held_micro_batches(s, 2, 3) for s in ("gpipe", "1f1b")] == [2, 2]
 
 
 def _memory_for(model, micro: int, images: int, layers: float) -> float:
     # a memory limit whose stage share holds ``layers`` of the model's (equal) layers
-    return layers * stage_layer_bytes(model, micro, images, 2)[0] / TRAIN_STAGE_SHARE
+    return _memory_for_bytes(layers * stage_layer_bytes(model, micro, images, 2)[0])
+
+
+def _memory_for_bytes(stage_bytes: float) -> float:
+    # a memory limit whose stage share is ``stage_bytes``
+    return stage_bytes / TRAIN_STAGE_SHARE
 
 
 def test_train_stages_are_cut_and_placed_by_each_workers_memory():
     model = tr.init_model(random_layers(depth=8), C, seed=0)
     # equal limits, room for 5 layers a stage: the cut by entries (4 + 4) as train_stage_cuts gives it
     roomy = _memory_for(model, 2, 16, 5.5)
-    placed = place_train_stages(model, [["a", "b"]], {"a": roomy, "b": roomy}, 2, 16)
+    placed = place_train_stages(model, [["a", "b"]], {"a": roomy, "b": roomy}, 2, 16).placement
     assert placed.fits and placed.groups == [["a", "b"]]
     assert [(s.first - 1, s.last) for s in placed.stages] == train_stage_cuts([p.size for p in model.params[:8]], 2)
     # a worker with room for 3 layers: placed first, holding 3; the other the 5 left
     small = _memory_for(model, 2, 16, 3.5)
-    placed = place_train_stages(model, [["big", "small"]], {"big": roomy * 2, "small": small}, 2, 16)
+    placed = place_train_stages(model, [["big", "small"]], {"big": roomy * 2, "small": small}, 2, 16).placement
     assert placed.fits and placed.groups == [["small", "big"]]
     assert [s.as_list() for s in placed.stages] == [[1, 3], [4, 8]]
     # one worker holding both places splits its memory between them: 2 x 3.5 layers hold no cut of 8
-    placed = place_train_stages(model, [["a", "a"]], {"a": small * 2}, 2, 16)
+    placed = place_train_stages(model, [["a", "a"]], {"a": small * 2}, 2, 16).placement
     assert not placed.fits
-    assert place_train_stages(model, [["a", "a"]], {"a": roomy * 2}, 2, 16).fits
+    assert place_train_stages(model, [["a", "a"]], {"a": roomy * 2}, 2, 16).placement.fits
     # activations count: the same limit with 1,000 images a replica fits no cut
-    assert not place_train_stages(model, [["a", "b"]], {"a": roomy, "b": roomy}, 2, 1000).fits
+    assert not place_train_stages(model, [["a", "b"]], {"a": roomy, "b": roomy}, 2, 1000).placement.fits
+    # auto: GPipe where its activations fit, else 1F1B. 8 micro-batches of 64 images: 8 held against 2, room for
+    # 4.5 layers as 1F1B counts them (2.2 as GPipe does)
+    one_f_one_b = stage_layer_bytes(model, 8, 512, 2)[0]
+    assert stage_layer_bytes(model, 8, 512, 8)[0] > 2 * one_f_one_b
+    tight = {"a": _memory_for_bytes(4.5 * one_f_one_b), "b": _memory_for_bytes(4.5 * one_f_one_b)}
+    plan = place_train_stages(model, [["a", "b"]], tight, 8, 512)
+    assert plan.pipeline_schedule == "1f1b" and plan.placement.fits
+    assert not place_train_stages(model, [["a", "b"]], tight, 8, 512, "gpipe").placement.fits
+    plenty = {w: limit * 3 for w, limit in tight.items()}
+    assert place_train_stages(model, [["a", "b"]], plenty, 8, 512).pipeline_schedule == "gpipe"
+    assert place_train_stages(model, [["a", "b"]], plenty, 8, 512, "1f1b").pipeline_schedule == "1f1b"
 
 
 def test_pipeline_training_follows_and_refuses_by_the_workers_memory(client, monkeypatch):
@@ -136,21 +154,26 @@ def digits_single(digits_network):
                           max_steps=STEPS) for opt in ("sgd", "adam")}
 
 
-@pytest.mark.parametrize("stages,micro", [(2, 4), (4, 8)])
+@pytest.mark.parametrize("stages,micro,order", [(2, 4, "auto"), (4, 8, "auto"), (2, 4, "1f1b"), (4, 8, "1f1b")])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_digits_losses_equal_single_process(client, digits_network, digits_single, stages, micro, optimizer):
+def test_digits_losses_equal_single_process(client, digits_network, digits_single, stages, micro, order, optimizer):
     run = tr.train(digits_network, "digits", batch=64, lr=1e-3, optimizer=optimizer, mode="pipeline",
-                   workers=stages, micro_batches=micro, client=client, seed=0, max_steps=STEPS)
+                   workers=stages, micro_batches=micro, client=client, seed=0, max_steps=STEPS,
+                   pipeline_schedule=order)
     single = digits_single[optimizer]
     assert run.steps == STEPS and run.stages == stages and run.micro_batches == micro
     np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12)
     for a, b in zip(run.model.params, single.model.params):
         assert rel(a, b) < 1e-10
     assert run.summary()["stages"] == stages and run.bytes_sent_per_step > 0
-    # 1F1B: stage s holds at most stages - s micro-batches' activations (GPipe's fill and drain held all of them)
-    held = run.summary()["stage_held_micro_batches"]
+    # auto picks GPipe where its activations fit (they do here); 1F1B's stage s holds at most stages - s
+    # micro-batches' activations (GPipe's stage 0 held all of them on this cluster)
+    summary = run.summary()
+    assert summary["pipeline_schedule"] == ("gpipe" if order == "auto" else order)
+    held = summary["stage_held_micro_batches"]
     assert set(held) == {f"r0-s{s}" for s in range(stages - 1)}
-    assert all(1 <= held[f"r0-s{s}"] <= stages - s for s in range(stages - 1)), held
+    most = [micro if order == "auto" else stages - s for s in range(stages - 1)]
+    assert all(1 <= held[f"r0-s{s}"] <= most[s] for s in range(stages - 1)), held
 
 
 def test_digits_deeper_network_losses_equal_single_process(client):
@@ -191,10 +214,13 @@ def test_cli_trains_in_pipeline_mode(tmp_path, capsys, client):
     cli_train.add_train_parser(p.add_subparsers(dest="command"))
     args = p.parse_args(["train", "--network", str(tmp_path / "n.zarr"), "--data", str(tmp_path / "d.npz"),
                          "--epochs", "1", "--batch", "16", "--mode", "pipeline", "--workers", "2",
-                         "--micro-batches", "2", "--scheduler", client.scheduler.address, "--json"])
+                         "--micro-batches", "2", "--pipeline-schedule", "1f1b", "--scheduler",
+                         client.scheduler.address, "--json"])
     assert args.func(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["mode"] == "pipeline" and out["stages"] == 2 and out["micro_batches"] == 2 and out["steps"] == 3
+    assert out["pipeline_schedule"] == "1f1b" and out["stage_layers"] == [[1, 2], [3, 3]]
+    assert 1 <= out["stage_held_micro_batches"]["r0-s0"] <= 2
     assert "compile_seconds" in out
 
 
