@@ -74,7 +74,8 @@ def infer(
         (images x neurons, chunked like the batch's rows, each chunk dense NumPy rows, dead images all zero),
         persisted on the workers, so it composes with ``dask.array`` code and ``to_zarr``. Needs ``client``
         (a cluster started for the call would take them with it). A worker lost after the call loses the
-        chunks it held: computing them raises a :class:`~dasknn.errors.DasknnError` that says so.
+        chunks it held: where the images come from a store, computing them runs them again from the stores (time
+        only); for images given as arrays it raises a :class:`~dasknn.errors.DasknnError` that says so.
     tmpdir
         Where temporary stores are written (the system's temporary folder by default).
     **options

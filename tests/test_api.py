@@ -108,10 +108,12 @@ def test_activations_are_a_persisted_dask_array(mode, slice_store, slice_images,
 
 
 @pytest.mark.cluster
-def test_activations_held_by_a_worker_lost_after_the_run_fail_with_a_line(slice_store, slice_images, slice_final):
+@pytest.mark.parametrize("images_from", ["store", "dask.array"])
+def test_activations_held_by_a_worker_lost_after_the_run(images_from, slice_store, slice_images, slice_final):
     # before: each chunk's activations were the result of the run's pinned tasks; their worker killed after the run,
     # Dask waited in no-worker for it to come back, and computing the array waited for ever. Now the chunks the
-    # other worker holds compute as before, and the lost ones fail at once, with a line
+    # other worker holds compute as before, and the lost ones are run again from the stores (images in the store)
+    # or fail at once with a line (images given as a dask.array)
     import os
     import signal
     import threading
@@ -122,9 +124,11 @@ def test_activations_held_by_a_worker_lost_after_the_run_fail_with_a_line(slice_
     from dasknn.cluster import local_client
 
     with local_client(workers=2, threads_per_worker=1) as client:
-        images = da.from_array(slice_images, chunks=(250, 1024), asarray=False)
-        result = dasknn.infer(slice_store, images, client, mode="data", keep_activations=True)
+        images = None if images_from == "store" else da.from_array(slice_images, chunks=(250, 1024), asarray=False)
+        chunks = {"chunks": 4} if images is None else {}  # (a dask.array's are its row chunks: 4 of 250 rows)
+        result = dasknn.infer(slice_store, images, client, mode="data", keep_activations=True, **chunks)
         act = result.activations
+        assert act.numblocks[0] == 4
         holders = client.who_has(futures_of(act))
         where = {c: holders[f.key][0] for c, f in enumerate(futures_of(act))}
         victim = where[0]
@@ -145,7 +149,7 @@ def test_activations_held_by_a_worker_lost_after_the_run_fail_with_a_line(slice_
         assert not t.is_alive(), "computing the activations still waited for the lost worker after 90 s"
         rows = np.cumsum((0,) + act.chunks[0])
         for c, w in where.items():
-            if w == victim:
+            if w == victim and images_from == "dask.array":
                 assert isinstance(box[c], DasknnError), box[c]
                 assert re.fullmatch(rf"keep_activations: the final activations of chunk {c} \(images {rows[c]}\.\."
                                     rf"{rows[c + 1] - 1}\) were lost with the worker that held them after the "

@@ -1,9 +1,49 @@
-"""Data mode's graph builder: one worker runs a chunk through segments of consecutive layers."""
+"""Data mode's graph builder: one worker runs a chunk through segments of consecutive layers; and a chunk run
+again from the stores alone on any worker (:class:`ChunkAgain`)."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import kernels
 from ..runtime.graph import PinnedGraph, ref
-from .tasks import LayerStreamSpec, ResultSpec, run_segment, segment_state
+from ..store import LayerStream
+from .inputs import StoredRows, load_images
+from .tasks import LayerStreamSpec, ResultSpec, dense_rows, run_segment, segment_state
+
+
+@dataclass(frozen=True)
+class ChunkAgain:
+    """A chunk's final activations computed again, on whatever worker calls it, from the network store at
+    ``network`` and the images ``start:stop`` of ``inputs`` (data mode, the layers streamed two at a time): what a
+    kept chunk lost with its worker after the run falls back on (:mod:`dasknn.runtime.kept`). The same kernels on
+    the same inputs: the same activations, as dense rows (images x neurons, the dead images' rows zero)."""
+
+    network: str
+    inputs: StoredRows
+    start: int
+    stop: int
+    dtype: str
+    backend: str
+    bias: float
+    ymax: float
+
+    def __call__(self) -> np.ndarray | None:
+        """The activations; None where a store is gone (a temporary one, removed after the run)."""
+        if not (os.path.isdir(self.network) and os.path.isdir(self.inputs.path)):
+            return None
+        yt = load_images(self.inputs, None, self.start, self.stop, None, self.dtype, self.backend)
+        stream = LayerStream(self.network, self.dtype, keep=2)
+        try:
+            layers = (tuple(kernels.to_device(a, self.backend) for a in layer)
+                      for layer in stream.layers(1, stream.depth))
+            yt, ids = kernels.run_layers(yt, layers, self.bias, self.ymax, np.arange(self.start, self.stop))
+        finally:
+            stream.close()
+        return dense_rows(yt, ids, self.start, self.stop - self.start)
 
 
 def data_chunk(graph: PinnedGraph, c: int, start: int, w: str, weights: list | LayerStreamSpec, images, depth: int,

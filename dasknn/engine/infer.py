@@ -18,9 +18,10 @@ from ..runtime.kept import detach
 from ..runtime.recovery import Recovery, ensure_client, memory_of, smallest_memory_limit, workers_info
 from ..stages import StagePlacement, place_stages, stage_capacity
 from ..store import location, open_results, open_store, read_results
+from .data_mode import ChunkAgain
 from .execute import Job, LayerBytes, Pass, execute
 from .groups import check_mode
-from .inputs import InputSource, stored_source
+from .inputs import InputSource, StoredRows, stored_source
 from .options import InferenceOptions, options_with
 from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, part_stream_keep,
                      partition_fits_worker, pipeline_chunks, pipeline_prediction, predict_modes,
@@ -80,7 +81,8 @@ class InferenceResult:
     #: batch's rows and persisted on the workers (each chunk dense NumPy rows, the dead images' rows all zero). Its
     #: chunks live on the client that ran the inference: with several clients open, compute it with that one
     #: (``activations.compute(scheduler=client)``), since dask computes on the newest. A worker lost after the run
-    #: loses the chunks it held: computing them fails with a line that says so (run the inference again)
+    #: loses the chunks it held: where the network and the images are stores, computing them runs them again from
+    #: the stores; else it fails with a line that says so (run the inference again)
     activations: object = None
     #: with a truth to compare (:func:`dasknn.infer`'s ``truth``): whether the categories match it, and how
     #: many images are in one and not the other
@@ -417,12 +419,16 @@ def _pairs(passes: list[Pass], parts: int) -> list[list[int]]:
 
 def _detached_activations(client, job: Job, runs: _Runs) -> dict[int, object]:
     # the chunks' final activations as the workers hold them, taken over from the run's pinned tasks: a worker lost
-    # after the run then fails the chunks it held with a line (their pinned tasks would wait for it for ever)
+    # after the run then has the chunks it held computed again from the stores where the images are stored, or
+    # failed with a line (their pinned tasks would wait for it for ever)
     kept = {c: f for p in runs.passes for c, f in p.kept.items() if c in runs.finished}
     lost = {c: f"keep_activations: the final activations of chunk {c} (images {a}..{b - 1}) were lost with the "
                "worker that held them after the inference: run it again to have them"
             for c, (a, b) in enumerate(job.bounds) if c in kept}
-    return detach(client, kept, f"{job.activations_name}-kept", lost)
+    spec, store = job.source.spec, job.store
+    again = {c: ChunkAgain(job.path, spec, a, b, job.dtype, job.backend, store.bias, store.ymax)
+             for c, (a, b) in enumerate(job.bounds) if c in kept} if isinstance(spec, StoredRows) else None
+    return detach(client, kept, f"{job.activations_name}-kept", lost, again)
 
 
 def _kept_array(job: Job, runs: _Runs):
