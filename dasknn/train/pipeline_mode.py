@@ -25,7 +25,8 @@ previous stage's activations, which Dask moves worker to worker as model mode's 
 out) and a backward task ``pb`` (the stage's weight
 gradients and the error of its inputs, sent to the previous stage); the last stage's forward task computes the
 loss and the logits' error and goes on with the stage's backward pass at once (its activations need not wait).
-Then per stage ``pgrads`` (the micro-batches' gradients summed in order, as one flat array) and ``pupdate`` (the
+Then per stage ``pgrads`` (the micro-batches' gradients, summed in micro-batch order as their backward tasks end, so
+a stage holds one sum and not a gradient per micro-batch) and ``pupdate`` (the
 last stage's returns the step's losses): (2·K - 1)·M + 2·K tasks per step and pipeline. The stages' arrays (values, optimiser state, for the nonzeros
 only) and each micro-batch's activations between its forward and backward tasks live in the worker's run object
 (:mod:`dasknn.runtime.worker_runs`).
@@ -44,7 +45,7 @@ import numpy as np
 from ..errors import DasknnError
 from ..stages import StagePlacement, place_stages, stage_cuts
 from ..kernels import back_input, pack_rows, unpack_rows, weight_grad
-from ..runtime.graph import PinnedGraph, pairwise_sum, ref, refs, tree_sum
+from ..runtime.graph import PinnedGraph, ref, refs, tree_sum
 from ..runtime.recovery import gather_watched, memory_of
 from ..runtime.worker_runs import close_run, run_figures, worker_run
 from .model import OPT_SLOTS, Model, active, apply_update, flatten, forward_layer, softmax_xent, unflatten
@@ -90,9 +91,9 @@ def held_micro_batches(pipeline_schedule: str, micro_batches: int, stages: int) 
 
 def stage_layer_bytes(model: Model, micro_batches: int, images: int, held: int) -> np.ndarray:
     """The most bytes each layer of ``model`` takes on its stage's worker during a step of ``images`` images (a
-    replica's share of a batch) in ``micro_batches`` micro-batches: its values, optimiser state and pattern, one
-    gradient per micro-batch (kept until the stage sums them) and two more for the sum and the all-reduced total,
-    and its output's activations (dense float64 blocks) for the ``held`` micro-batches a stage holds at once
+    replica's share of a batch) in ``micro_batches`` micro-batches: its values, optimiser state and pattern, four
+    gradients' worth (a micro-batch's, its flat copy, the running sum, the all-reduced total), and its output's
+    activations (dense float64 blocks) for the ``held`` micro-batches a stage holds at once
     between their forward and backward passes (:func:`held_micro_batches`).
 
     Parameters
@@ -106,7 +107,7 @@ def stage_layer_bytes(model: Model, micro_batches: int, images: int, held: int) 
     held
         Micro-batches whose activations a stage holds at once.
     """
-    copies = 1 + OPT_SLOTS[model.optimizer] + micro_batches + 2
+    copies = 1 + OPT_SLOTS[model.optimizer] + 4
     values = np.array([p.nbytes for p in model.params[:model.depth]], dtype=float)
     pattern = np.array([a.nbytes + b.nbytes for a, b in model.patterns], dtype=float)
     held_images = min(images, held * -(-images // micro_batches)) if micro_batches else 0
@@ -209,6 +210,16 @@ class PipeRunSpec:
 
 
 @dataclass
+class GradientSum:
+    """A stage's gradient values summed over a step's micro-batches as their backward passes end: the sum of the
+    first ``added`` of them, and those that ended before their turn."""
+
+    total: np.ndarray | None = None
+    added: int = 0
+    waiting: dict = field(default_factory=dict)  # micro-batch -> its flat gradient values
+
+
+@dataclass
 class PipeRun:
     """What a pipeline run keeps on one worker: its stages' arrays (by replica and stage), each micro-batch's
     activations between its forward and backward tasks, its gradients until the stage sums them, and the seconds
@@ -217,7 +228,7 @@ class PipeRun:
     stages: dict = field(default_factory=dict)  # (replica, stage) -> StageArrays
     saved: dict = field(default_factory=dict)  # (step, replica, stage, micro) -> activations, until the backward
     losses: dict = field(default_factory=dict)  # (step, replica, last stage, micro) -> the micro-batch's loss
-    grads: dict = field(default_factory=dict)  # (step, replica, stage, micro) -> gradients aligned with params
+    sums: dict = field(default_factory=dict)  # (step, replica, stage) -> the micro-batches' GradientSum so far
     busy: dict = field(default_factory=dict)  # "r{replica}-s{stage}" -> seconds in forward/backward/update
     held: dict = field(default_factory=dict)  # "r{replica}-s{stage}" -> most micro-batches' activations held at once
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -226,6 +237,20 @@ class PipeRun:
         with self.lock:
             key = f"r{replica}-s{stage}"
             self.busy[key] = self.busy.get(key, 0.0) + seconds
+
+    def add_gradients(self, task: MicroTask, flat: np.ndarray) -> None:
+        """Add a micro-batch's gradient values (one flat array) to its stage's sum for the step, in micro-batch
+        order: one arriving early waits for those before it, so the sum does not depend on the tasks' timing."""
+        with self.lock:
+            acc = self.sums.setdefault((task.step, task.replica, task.stage), GradientSum())
+            acc.waiting[task.micro] = flat
+            while acc.added in acc.waiting:
+                g = acc.waiting.pop(acc.added)
+                if acc.total is None:
+                    acc.total = g
+                else:
+                    acc.total += g
+                acc.added += 1
 
     def save(self, task: MicroTask, activations: list[np.ndarray]) -> None:
         """Keep a micro-batch's activations for its backward task, counting the most a stage holds at once."""
@@ -242,7 +267,7 @@ class PipeRun:
         self.stages.clear()
         self.saved.clear()
         self.losses.clear()
-        self.grads.clear()
+        self.sums.clear()
 
 
 def pipe_run(run: str) -> PipeRun:
@@ -341,16 +366,21 @@ def _backward(run: PipeRun, st: StageArrays, task: MicroTask, ys: list[np.ndarra
         delta = g * active(ys[j + 1], st.ymax)
         grads[j] = weight_grad(indptr, indices, ys[j], delta)
         g = back_input(indptr, indices, st.params[j], delta, st.neurons) if j > 0 or task.stage > 0 else None
-    run.grads[task.key] = grads
+    run.add_gradients(task, flatten(grads))
     return g
 
 
 def stage_gradients(task: MicroTask, micros: int, after) -> np.ndarray:
-    """The stage's gradient values over its ``micros`` micro-batches of the step, summed in micro-batch order
-    (pairs, then pairs of pairs), as one flat array."""
+    """The stage's gradient values over its ``micros`` micro-batches of the step, summed in micro-batch order as
+    their backward passes ended (:meth:`PipeRun.add_gradients`), as one flat array."""
     run = pipe_run(task.run)
-    flats = [flatten(run.grads.pop(dataclasses.replace(task, micro=m).key)) for m in range(micros)]
-    return pairwise_sum(flats)
+    acc = run.sums.pop((task.step, task.replica, task.stage), GradientSum())
+    if micros == 0:  # (a replica whose share of a short batch is empty)
+        return np.zeros(sum(int(p.size) for p in run.stages[(task.replica, task.stage)].params))
+    if acc.added != micros:
+        raise DasknnError(f"training: stage {task.stage} of replica {task.replica} summed {acc.added} of its "
+                          f"{micros} micro-batches' gradients at step {task.step}")
+    return acc.total
 
 
 def apply_stage(task: MicroTask, lr: float, total: np.ndarray, micros: int) -> list[float] | None:

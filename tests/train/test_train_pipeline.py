@@ -31,11 +31,12 @@ def test_stage_cuts_are_consecutive_balanced_and_leave_every_stage_a_layer():
 def test_stage_layer_bytes_count_state_gradients_and_activations():
     model = tr.init_model(random_layers(depth=3), C, seed=0, optimizer="adam")
     values, pattern = model.params[0].nbytes, sum(a.nbytes for a in model.patterns[0])
-    # values, 2 Adam slots, 4 micro-batches' gradients, their sum and the total; 8-byte activations of the
-    # micro-batches a stage holds at once: 2 of 3 images (1F1B, 2 stages), or all 4, the share's 10 (GPipe)
-    assert stage_layer_bytes(model, 4, 10, 2)[0] == values * 9 + pattern + model.neurons * 2 * 3 * 8
-    assert stage_layer_bytes(model, 4, 10, 4)[0] == values * 9 + pattern + model.neurons * 10 * 8
-    assert stage_layer_bytes(model, 1, 0, 1)[0] == values * 6 + pattern
+    # values, 2 Adam slots, 4 gradients' worth (a micro-batch's, its flat copy, the running sum, the total),
+    # whatever the micro-batches; 8-byte activations of the micro-batches a stage holds at once: 2 of 3 images
+    # (1F1B, 2 stages), or all 4, the share's 10 (GPipe)
+    assert stage_layer_bytes(model, 4, 10, 2)[0] == values * 7 + pattern + model.neurons * 2 * 3 * 8
+    assert stage_layer_bytes(model, 4, 10, 4)[0] == values * 7 + pattern + model.neurons * 10 * 8
+    assert stage_layer_bytes(model, 1, 0, 1)[0] == values * 7 + pattern
     assert [held_micro_batches(s, 8, 3) for s in ("gpipe", "1f1b")] == [8, 3]
     assert [held_micro_batches(s, 2, 3) for s in ("gpipe", "1f1b")] == [2, 2]
 
@@ -103,6 +104,28 @@ def test_pipeline_training_follows_and_refuses_by_the_workers_memory(client, mon
     assert "\n" not in str(refused.value)
 
 
+def test_a_stages_gradients_are_summed_in_micro_batch_order_whatever_order_they_end_in():
+    from dasknn.train.pipeline_mode import MicroTask, PipeRun
+
+    rng = np.random.default_rng(0)
+    flats = [rng.standard_normal(1000) * 10.0 ** rng.integers(-8, 8) for _ in range(5)]
+    expected = flats[0].copy()
+    for g in flats[1:]:
+        expected += g
+    for order in ([0, 1, 2, 3, 4], [4, 2, 0, 3, 1], [1, 0, 3, 2, 4]):
+        run = PipeRun()
+        for m in order:
+            run.add_gradients(MicroTask("r", 7, 0, 1, m), flats[m].copy())
+        acc = run.sums[(7, 0, 1)]
+        assert acc.added == 5 and not acc.waiting
+        np.testing.assert_array_equal(acc.total, expected)  # to the last bit
+    # one still missing: the sum stops before it, and the others wait
+    run = PipeRun()
+    for m in (0, 2, 3):
+        run.add_gradients(MicroTask("r", 7, 0, 1, m), flats[m].copy())
+    assert run.sums[(7, 0, 1)].added == 1 and sorted(run.sums[(7, 0, 1)].waiting) == [2, 3]
+
+
 def test_split_and_join_stages_give_the_model_back():
     model = tr.init_model(random_layers(depth=5), C, seed=3, optimizer="adam")
     model.slots = [[s + i + 1 for s in slot] for i, slot in enumerate(model.slots)]  # (not zeros: seen joined)
@@ -138,6 +161,12 @@ def test_more_micro_batches_than_images_and_uneven_batches_match_single_process(
         run = tr.train(random_layers(), (x, y), mode="pipeline", workers=workers, micro_batches=micro, group_size=g,
                        client=client, **kw)
         np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12)
+    # a batch of one image on 2 replicas: one replica's share is empty every step (its stages sum no gradient)
+    kw = dict(epochs=1, batch=1, lr=0.05, optimizer="adam", seed=5, max_steps=4)
+    single = tr.train(random_layers(), (x, y), mode="single", **kw)
+    run = tr.train(random_layers(), (x, y), mode="pipeline", workers=4, group_size=2, micro_batches=2,
+                   client=client, **kw)
+    np.testing.assert_allclose(run.losses, single.losses, rtol=1e-12)
 
 
 @pytest.fixture(scope="module")
