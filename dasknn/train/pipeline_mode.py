@@ -26,10 +26,10 @@ out) and a backward task ``pb`` (the stage's weight
 gradients and the error of its inputs, sent to the previous stage); the last stage's forward task computes the
 loss and the logits' error and goes on with the stage's backward pass at once (its activations need not wait).
 Then per stage ``pgrads`` (the micro-batches' gradients, summed in micro-batch order as their backward tasks end, so
-a stage holds one sum and not a gradient per micro-batch) and ``pupdate`` (the
-last stage's returns the step's losses): (2·K - 1)·M + 2·K tasks per step and pipeline. The stages' arrays (values, optimiser state, for the nonzeros
-only) and each micro-batch's activations between its forward and backward tasks live in the worker's run object
-(:mod:`dasknn.runtime.worker_runs`).
+a stage holds one sum and not a gradient per micro-batch) and ``pupdate`` (the last stage's returns the step's
+losses): (2·K - 1)·M + 2·K tasks per step and pipeline. The stages' arrays (values, optimiser state, for the
+nonzeros only) and each micro-batch's activations between its forward and backward tasks live in the worker's run
+object (:mod:`dasknn.runtime.worker_runs`).
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from ..runtime.recovery import gather_watched, memory_of
 from ..runtime.worker_runs import close_run, run_figures, worker_run
 from .model import OPT_SLOTS, Model, active, apply_update, flatten, forward_layer, softmax_xent, unflatten
 
-__all__ = ["PipelineRunner", "PIPELINE_SCHEDULES", "TrainStagePlan", "held_micro_batches", "join_stages", "place_train_stages",
-           "split_stages", "stage_layer_bytes", "train_stage_cuts"]
+__all__ = ["PIPELINE_SCHEDULES", "PipelineRunner", "TrainStagePlan", "held_micro_batches", "join_stages",
+           "place_train_stages", "split_stages", "stage_layer_bytes", "train_stage_cuts"]
 
 #: The orders of a step's micro-batches through the stages (:class:`PipelineRunner`): GPipe's fill and drain, 1F1B
 #: (one forward, one backward in turn), or ``auto``: GPipe where its activations fit the workers, else 1F1B.
@@ -84,8 +84,7 @@ def train_stage_cuts(entries: list[int], stages: int) -> list[tuple[int, int]]:
 
 def held_micro_batches(pipeline_schedule: str, micro_batches: int, stages: int) -> int:
     """The most micro-batches whose activations a stage holds at once under ``pipeline_schedule`` (GPipe: all of
-    them; 1F1B:
-    ``stages - s`` at stage ``s``, so ``stages`` at most)."""
+    them; 1F1B: ``stages - s`` at stage ``s``, so ``stages`` at most)."""
     return micro_batches if pipeline_schedule == GPIPE else min(micro_batches, stages)
 
 
@@ -93,8 +92,8 @@ def stage_layer_bytes(model: Model, micro_batches: int, images: int, held: int) 
     """The most bytes each layer of ``model`` takes on its stage's worker during a step of ``images`` images (a
     replica's share of a batch) in ``micro_batches`` micro-batches: its values, optimiser state and pattern, four
     gradients' worth (a micro-batch's, its flat copy, the running sum, the all-reduced total), and its output's
-    activations (dense float64 blocks) for the ``held`` micro-batches a stage holds at once
-    between their forward and backward passes (:func:`held_micro_batches`).
+    activations (dense float64 blocks) for the ``held`` micro-batches a stage holds at once between their forward
+    and backward passes (:func:`held_micro_batches`).
 
     Parameters
     ----------
@@ -123,16 +122,16 @@ class TrainStagePlan:
     pipeline_schedule: str
 
 
-
 def place_train_stages(model: Model, replicas: list[list[str]], memory: dict[str, float], micro_batches: int,
                        images: int, pipeline_schedule: str = AUTO_SCHEDULE) -> TrainStagePlan:
     """The stages of ``model`` for the pipelines ``replicas`` whose workers have the memory limits ``memory``
     (bytes, by worker): balanced by entries (training runs every image through every layer) among the cuts whose
-    stages fit :data:`TRAIN_STAGE_SHARE` of their workers' limits (:func:`stage_layer_bytes` under ``pipeline_schedule``),
-    the workers placed by their limits where these differ (:func:`dasknn.stages.place_stages`). A worker that
-    holds several places (fewer workers than stages) splits its memory between them. The placement's ``fits`` is
-    False where no cut fits (the cut is then by entries alone). With ``auto``, GPipe (the faster where tasks are
-    short: BENCHMARKS.md) where a cut fits its activations, else 1F1B.
+    stages fit :data:`TRAIN_STAGE_SHARE` of their workers' limits (:func:`stage_layer_bytes` under
+    ``pipeline_schedule``), the workers placed by their limits where these differ
+    (:func:`dasknn.stages.place_stages`). A worker that holds several places (fewer workers than stages) splits
+    its memory between them. The placement's ``fits`` is False where no cut fits (the cut is then by entries
+    alone). With ``auto``, GPipe (the faster where tasks are short: BENCHMARKS.md) where a cut fits its
+    activations, else 1F1B.
     """
     places = [w for ws in replicas for w in ws]
     per_place = {w: memory[w] / places.count(w) for w in set(places)}
@@ -428,8 +427,8 @@ class PipelineRunner:
             need = stage_layer_bytes(model, micro_batches, images, held).sum()
             raise DasknnError(
                 f"pipeline mode: the model's training state ({need / 1e9:.2f} GB a replica, {micro_batches} "
-                f"micro-batches of {images} images, {plan.pipeline_schedule}) fits no cut into {stages} stages on these "
-                f"workers (a stage may take {TRAIN_STAGE_SHARE:.0%} of its worker's memory limit): use more workers "
+                f"micro-batches of {images} images, {plan.pipeline_schedule}) fits no cut into {stages} stages on "
+                f"these workers (a stage may take {TRAIN_STAGE_SHARE:.0%} of its worker's memory limit): use more workers "
                 f"or stages, fewer images a step, or workers with more memory")
         replicas = placed.groups
         self.client, self.replicas, self.template, self.micro_batches = client, replicas, model, micro_batches
