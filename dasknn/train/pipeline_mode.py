@@ -428,8 +428,8 @@ class PipelineRunner:
             raise DasknnError(
                 f"pipeline mode: the model's training state ({need / 1e9:.2f} GB a replica, {micro_batches} "
                 f"micro-batches of {images} images, {plan.pipeline_schedule}) fits no cut into {stages} stages on "
-                f"these workers (a stage may take {TRAIN_STAGE_SHARE:.0%} of its worker's memory limit): use more workers "
-                f"or stages, fewer images a step, or workers with more memory")
+                f"these workers (a stage may take {TRAIN_STAGE_SHARE:.0%} of its worker's memory limit): use more "
+                f"workers or stages, fewer images a step, or workers with more memory")
         replicas = placed.groups
         self.client, self.replicas, self.template, self.micro_batches = client, replicas, model, micro_batches
         self.workers = [w for ws in replicas for w in ws]
