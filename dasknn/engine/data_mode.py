@@ -4,25 +4,27 @@ again from the stores alone on any worker (:class:`ChunkAgain`)."""
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass
 
 import numpy as np
 
-from .. import kernels
 from ..runtime.graph import PinnedGraph, ref
-from ..store import LayerStream
+from ..runtime.worker_runs import close_run
 from .inputs import StoredRows, load_images
-from .tasks import LayerStreamSpec, ResultSpec, dense_rows, run_segment, segment_state
+from .tasks import LayerStreamSpec, ResultSpec, run_segment, segment_state
 
 
 @dataclass(frozen=True)
 class ChunkAgain:
     """A chunk's final activations computed again, on whatever worker calls it, from the network store at
-    ``network`` and the images ``start:stop`` of ``inputs`` (data mode, the layers streamed two at a time): what a
-    kept chunk lost with its worker after the run falls back on (:mod:`dasknn.runtime.kept`). The same kernels on
-    the same inputs: the same activations, as dense rows (images x neurons, the dead images' rows zero)."""
+    ``network`` (``depth`` layers) and the images ``start:stop`` of ``inputs``: data mode's segment over every
+    layer, streamed two at a time, in a run of its own. What a kept chunk lost with its worker after the run falls
+    back on (:mod:`dasknn.runtime.kept`): the same kernels on the same inputs, so the same activations, as dense
+    rows (images x neurons, the dead images' rows zero)."""
 
     network: str
+    depth: int
     inputs: StoredRows
     start: int
     stop: int
@@ -36,14 +38,13 @@ class ChunkAgain:
         if not (os.path.isdir(self.network) and os.path.isdir(self.inputs.path)):
             return None
         yt = load_images(self.inputs, None, self.start, self.stop, None, self.dtype, self.backend)
-        stream = LayerStream(self.network, self.dtype, keep=2)
+        run = f"again-{uuid.uuid4().hex[:8]}"  # (its stream closes with it)
         try:
-            layers = (tuple(kernels.to_device(a, self.backend) for a in layer)
-                      for layer in stream.layers(1, stream.depth))
-            yt, ids = kernels.run_layers(yt, layers, self.bias, self.ymax, np.arange(self.start, self.stop))
+            out = run_segment(run, LayerStreamSpec(self.network, self.dtype, keep=2), yt, self.start, 1, self.depth,
+                              self.bias, self.ymax, True, None, (self.start, self.stop - self.start))
         finally:
-            stream.close()
-        return dense_rows(yt, ids, self.start, self.stop - self.start)
+            close_run(run)
+        return out.activations
 
 
 def data_chunk(graph: PinnedGraph, c: int, start: int, w: str, weights: list | LayerStreamSpec, images, depth: int,

@@ -426,7 +426,7 @@ def _detached_activations(client, job: Job, runs: _Runs) -> dict[int, object]:
                "worker that held them after the inference: run it again to have them"
             for c, (a, b) in enumerate(job.bounds) if c in kept}
     spec, store = job.source.spec, job.store
-    again = {c: ChunkAgain(job.path, spec, a, b, job.dtype, job.backend, store.bias, store.ymax)
+    again = {c: ChunkAgain(job.path, store.depth, spec, a, b, job.dtype, job.backend, store.bias, store.ymax)
              for c, (a, b) in enumerate(job.bounds) if c in kept} if isinstance(spec, StoredRows) else None
     return detach(client, kept, f"{job.activations_name}-kept", lost, again)
 
