@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -82,6 +83,39 @@ def pytest_runtest_makereport(item, call):
         reason = reason.removeprefix("Skipped: ")
         report.outcome = "failed"
         report.longrepr = f"DASKNN_REQUIRE_GPU is set and this gpu test skipped: {reason}"
+
+
+#: What a run of the tests may not leave behind in the system's temporary folder (``tempfile.gettempdir()``): what
+#: dasknn, its command line, the tests and the workers of their clusters (which inherit the folder) name there.
+#: A run once left 58 ``dasknn-folder-exchange-*`` folders (483 MB); the tests' own files go under ``tmp_path``.
+#: (A dasknn command another process runs at the same moment on the same machine has its own there, until it ends.)
+LEFTOVERS = "dasknn*"
+_BEFORE = pytest.StashKey[set]()
+
+
+def _leftovers() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob(LEFTOVERS)}
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_BEFORE] = _leftovers()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # after every fixture's teardown (the clusters closed): what is new there fails the run, named
+    before = session.config.stash.get(_BEFORE, None)
+    left = sorted(_leftovers() - before) if before is not None else []
+    if not left:
+        return
+    line = (f"the tests left {len(left)} new {LEFTOVERS} entr{'y' if len(left) == 1 else 'ies'} in "
+            f"{tempfile.gettempdir()}: {', '.join(left[:8])}{' ...' if len(left) > 8 else ''}")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write("\n")
+        reporter.write_line(f"FAILED (left behind): {line}", red=True, bold=True)
+    else:
+        print(line)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session")

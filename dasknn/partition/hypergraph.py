@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import tempfile
 import threading
@@ -24,7 +23,7 @@ PRESETS: dict[str, str] = {"default": "DEFAULT", "quality": "QUALITY", "determin
 _MTK_LOCK = threading.Lock()
 _MTK: Any = None  # the process-wide Mt-KaHyPar initializer (its thread pool can be set up only once)
 _MTK_THREADS = 0
-_LEAN: dict[str, str | None] = {}  # the lean context's file, written once per process (None: not accepted)
+_LEAN: dict[str, bool] = {}  # whether this Mt-KaHyPar accepts the lean context's file (once per process)
 
 #: Called as ``progress(done, total)`` as rows of owners are finished.
 ProgressFn = Callable[[int, int], None]
@@ -51,20 +50,22 @@ def _lean_context() -> Any:
     """Mt-KaHyPar's DEFAULT preset without community detection (:data:`~.mtk_presets.LEAN_INI`), or ``None``
     where this Mt-KaHyPar does not accept that file."""
     with _MTK_LOCK:
-        if "path" not in _LEAN:
-            fd, path = tempfile.mkstemp(prefix="dasknn-mtk-", suffix=".ini")
+        if _LEAN.get("accepted") is False:
+            return None
+        # written, read and removed at once: a file kept for the process's life was removed at its exit, which a
+        # worker SIGKILLed (its nanny's memory limit, the chaos tests) never reaches
+        fd, path = tempfile.mkstemp(prefix="dasknn-mtk-", suffix=".ini")
+        try:
             with os.fdopen(fd, "w") as f:
                 f.write(LEAN_INI)
             try:
-                _MTK.context_from_file(path)
-                _LEAN["path"] = path
-                atexit.register(os.unlink, path)
+                context = _MTK.context_from_file(path)
             except Exception:  # another Mt-KaHyPar's option names: its own preset will do
-                _LEAN["path"] = None
-            if _LEAN["path"] is None:
-                os.unlink(path)
-        path = _LEAN["path"]
-    return None if path is None else _MTK.context_from_file(path)
+                context = None
+            _LEAN["accepted"] = context is not None
+        finally:
+            os.unlink(path)
+    return context
 
 
 def _context(parts: int, eps: float, caps: Sequence[int], preset: str = "default", lean: bool = False) -> Any:

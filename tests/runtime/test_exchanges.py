@@ -27,8 +27,8 @@ class ExchangeChecks:
     exchange = ""
 
     @pytest.fixture(autouse=True)
-    def _registered(self):
-        toy_exchange.register()
+    def _registered(self, tmp_path):
+        toy_exchange.register(tmp_path)
         yield
         EXCHANGES.pop("folder", None)
 

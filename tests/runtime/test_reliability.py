@@ -40,8 +40,9 @@ def test_flipped_byte_names_layer_and_chunk_and_nothing_is_computed(slice_store,
     assert not (tmp_path / "run.zarr").exists() or store.read_results(tmp_path / "run.zarr") == {}
 
 
-def _spawn(argv: list[str]) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _spawn(argv: list[str], tmp: Path) -> subprocess.Popen:
+    # its temporary files under ``tmp`` (the test's tmp_path): a client SIGKILLed cannot remove its own
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)}
     return subprocess.Popen([sys.executable, "-m", "dasknn", *argv], env=env, cwd=ROOT, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -83,7 +84,7 @@ def test_client_killed_during_infer_resumes(slice_store, slice_truth, tmp_path):
     chunks = 40
     argv = ["infer", "--network", str(slice_store), "--workers", "1", "--chunks", str(chunks), "--dtype", "float64",
             "--results", str(results), "--json"]
-    proc = _spawn(argv)
+    proc = _spawn(argv, tmp_path)
     try:
         _wait_for(lambda: _written(results) >= 2, proc)
     finally:
@@ -118,7 +119,7 @@ def test_client_killed_during_train_resumes_to_the_same_weights(tmp_path):
     argv = ["train", "--network", str(net), "--data", str(tmp_path / "d.npz"), "--mode", "single", "--epochs", "120",
             "--batch", "16", "--optimizer", "adam", "--lr", "0.01", "--checkpoint-every", "50"]
     ck = tmp_path / "ck.zarr"
-    proc = _spawn([*argv, "--checkpoint", str(ck)])
+    proc = _spawn([*argv, "--checkpoint", str(ck)], tmp_path)
     try:
         _wait_for(ck.exists, proc)
     finally:
