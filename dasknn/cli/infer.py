@@ -86,7 +86,7 @@ def options_of(args: argparse.Namespace, progress=None):
                             keep_layers=args.keep_layers, results=args.results, resume=args.resume,
                             progress=progress, messages=args.messages, explain=args.explain,
                             activations=args.activations, plan_store=args.plan_store, overlap=args.overlap,
-                            exchange=args.exchange)
+                            exchange=args.exchange, compress=args.compress == "on")
 
 
 def cmd_infer(args: argparse.Namespace) -> int:
@@ -147,6 +147,9 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
         "plan_seconds": round(result.plan_seconds, 3),
         "partition_seconds": round(result.partition_seconds, 3),
         "message_bytes": sum(result.message_bytes),
+        # images whose activations became equal computed once: the edges the kernels multiplied, per second
+        "compress": args.compress == "on",
+        "multiplied_per_second": None if np.isnan(result.multiplied_per_second) else result.multiplied_per_second,
         # each loss of workers the run survived: who, in which phase, what was kept and redone, the wait
         "recoveries": result.recoveries,
         **notes,
@@ -162,6 +165,9 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
         report["exchange_pairs"] = result.exchange_pairs  # bytes by sender (row) and receiver part
         report["per_layer"] = {"dense_message_bytes": result.dense_message_bytes,
                                "exchange_bytes": result.exchange_bytes}
+    if result.layer_alive:
+        # data and pipeline modes: the images alive after each layer, and the distinct vectors it computed
+        report.setdefault("per_layer", {}).update(alive=result.layer_alive, distinct=result.layer_columns)
     if args.explain and not args.json:
         print(explain_table(result.predictions, result.mode, result.group_size, result.seconds), flush=True)
     verdict = "no truth to compare" if mismatched is None else (
@@ -171,6 +177,8 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
           f"{cats.size} categories, {verdict}\n"
           f"inference {result.seconds:.3f} s on {plural(result.workers, 'worker')} ({result.mode} mode): "
           f"{result.edges_per_second:.3e} edges/s"
+          + (f" ({result.multiplied_per_second:.3e} multiplied/s, each distinct vector once)"
+             if args.compress == "on" and not np.isnan(result.multiplied_per_second) else "")
           + (f"\n{loss_lines(result.recoveries)}" if result.recoveries else ""))
     if mismatched:
         # a check that fails fails the command, as bench-graphchallenge does
@@ -215,6 +223,9 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--overlap", action="store_true",
                    help="model mode, CPU: each part computes and sends the outputs others read first, the rest while "
                         "they travel (two tasks per part and layer; default: one, in lockstep)")
+    f.add_argument("--compress", choices=("on", "off"), default="on",
+                   help="data and pipeline modes: images whose activations become equal are computed once (on, "
+                        "default; exact), or every alive image is computed (off, for comparison)")
     f.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="arithmetic (default float64, in which the published truth is exact; float32 is faster and "
                         "may flip an image that sits on the threshold)")

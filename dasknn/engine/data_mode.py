@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..kernels.folds import Folds
 from ..runtime.graph import PinnedGraph, ref
 from ..runtime.worker_runs import close_run
 from .inputs import StoredRows, load_images
@@ -49,23 +50,25 @@ class ChunkAgain:
 
 def data_chunk(graph: PinnedGraph, c: int, start: int, w: str, weights: list | LayerStreamSpec, images, depth: int,
                segment: int, bias: float, ymax: float, results: ResultSpec | None,
-               rows: tuple[int, int] | None = None) -> str:
+               rows: tuple[int, int] | None = None, compress: bool = True) -> str:
     """Chunk ``c``'s tasks on worker ``w``: one per segment of ``segment`` layers; the last one's key.
 
     With ``rows`` (the chunk's first image and its size) the run keeps its final activations: the last task's
-    :class:`~dasknn.engine.tasks.ChunkResult` holds them.
+    :class:`~dasknn.engine.tasks.ChunkResult` holds them. With ``compress`` the chunk's images whose activations
+    become equal are computed once (:mod:`dasknn.kernels.folds`); without, its layers are only counted.
     """
     key = ""
+    folds: object = Folds(enabled=compress)
     for first in range(1, depth + 1, segment):
         last = min(depth, first + segment - 1)
         final = last == depth
         args = (graph.run, weights, images, start, first, last, bias, ymax, final, results)
         if first > 1:
-            # continue from the previous segment's (yt, ids)
+            # continue from the previous segment's (yt, ids, folds)
             yt_key = graph.add(w, f"state-l{first - 1}-c{c}-yt", (segment_state, ref(key), 0))
             id_key = graph.add(w, f"state-l{first - 1}-c{c}-ids", (segment_state, ref(key), 1))
+            folds = ref(graph.add(w, f"state-l{first - 1}-c{c}-folds", (segment_state, ref(key), 2)))
             args = (graph.run, weights, ref(yt_key), ref(id_key), first, last, bias, ymax, final, results)
-        if final and rows is not None:
-            args = (*args, rows)
+        args = (*args, rows if final else None, folds)
         key = graph.add(w, f"spmm-l{first}-{last}-p0-c{c}", (run_segment, *args))
     return key

@@ -73,6 +73,8 @@ class Job:
     overlap: bool = False
     #: model and hybrid modes: the transport of the boundary messages (:mod:`dasknn.runtime.exchange`)
     exchange: str = "tasks"
+    #: data and pipeline modes: images whose activations become equal computed once (:mod:`dasknn.kernels.folds`)
+    compress: bool = True
     #: the chunks a resumed run read back from its results store (not run again)
     done: set[int] = field(default_factory=set)
     #: model and hybrid modes: the partition by parts per group, once resolved (a pass after a lost worker, with
@@ -332,13 +334,14 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
                                           job.hold_bytes)
                           for m in members}
             key = pipeline_chunk(graph, c, a, layout.stages, members, weights_of, loaded[image_keys[(c, 0)]],
-                                 store.bias, store.ymax, res, (a, b - a) if job.activations_name else None)
+                                 store.bias, store.ymax, res, (a, b - a) if job.activations_name else None,
+                                 job.compress)
         elif outline is None:
             w = layout.solo(i)
             weights = layout.part_of[w] if job.resident else LayerStreamSpec(job.path, job.dtype, job.keep_layers)
             key = data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]], store.depth,
                              job.segment or store.depth, store.bias, store.ymax, res,
-                             (a, b - a) if job.activations_name else None)
+                             (a, b - a) if job.activations_name else None, job.compress)
         else:
             w = layout.members(i)[0]  # where the categories task runs
             exchange = exchange_for(layout.exchange, layout.members(i))

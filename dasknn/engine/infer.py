@@ -88,12 +88,25 @@ class InferenceResult:
     #: many images are in one and not the other
     matches_truth: bool | None = None
     mismatched: int | None = None
+    #: data and pipeline modes, one entry a layer summed over the chunks computed: the images alive after it, and
+    #: the columns it computed (each distinct vector once where ``compress``; every alive image where not)
+    layer_alive: list[int] = field(default_factory=list)
+    layer_columns: list[int] = field(default_factory=list)
+    #: the edges the kernels multiplied: each layer's entries x the columns it computed (None where not counted)
+    edges_multiplied: int | None = None
 
     @property
     def edges_per_second(self) -> float:
         """The challenge's rate: images x edges / inference seconds (images computed in this run, when resumed)."""
         n = self.images if self.images_computed is None else self.images_computed
         return n * self.edges / self.seconds if self.seconds > 0 and n > 0 else float("nan")
+
+    @property
+    def multiplied_per_second(self) -> float:
+        """The edges the kernels actually multiplied per inference second (each distinct vector once, dead images
+        not at all); nan where the mode does not count them."""
+        done = self.edges_multiplied
+        return done / self.seconds if done is not None and self.seconds > 0 else float("nan")
 
 
 def infer(network: str | os.PathLike[str], inputs: str | os.PathLike[str] | InputSource | None = None, client=None,
@@ -265,7 +278,7 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
                activations_name=f"activations-{uuid.uuid4().hex[:8]}" if o.keep_activations else None,
                partition_on_cluster=partition_fits_worker(store.neurons, memory), overlap=o.overlap,
                exchange=o.exchange, done=done, stage_work=stage_work, stage_entries_per_byte=per_byte,
-               hold_bytes=hold)
+               hold_bytes=hold, compress=o.compress)
 
 
 def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:
@@ -387,6 +400,7 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
         ids.extend(read_results(job.results, done).values())
     cats = np.sort(np.concatenate(ids)) if ids else np.empty(0, dtype=np.int64)
     g = last.group_size if last else check_mode(mode, len(runs.workers), group_size)
+    alive, columns = _layer_counts([runs.finished[c] for c in todo], store.depth)
     return InferenceResult(
         categories=cats, images=count, neurons=store.neurons, layers=store.depth, edges=store.edges,
         seconds=sum(p.seconds for p in passes), workers=len(runs.workers), chunks=len(bounds),
@@ -404,7 +418,23 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
         predictions=list(predictions), calibration=calibration, recoveries=runs.recoveries,
         activations=_kept_array(job, runs) if job.activations_name else None,
         stages=[stage.as_list() for stage in last.stages] if last else [],
+        layer_alive=alive.tolist() if alive is not None else [],
+        layer_columns=columns.tolist() if columns is not None else [],
+        edges_multiplied=None if columns is None else int(columns @ store.layer_entries()),
     )
+
+
+def _layer_counts(results: list, depth: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    # the chunks' per-layer counts summed (a chunk whose images all died stopped counting: zeros after); None
+    # where the mode does not count (model and hybrid)
+    counted = [r for r in results if r.layer_columns is not None]
+    if not counted or len(counted) < len(results):
+        return None, None
+    alive, columns = np.zeros(depth, dtype=np.int64), np.zeros(depth, dtype=np.int64)
+    for r in counted:
+        alive[:r.layer_alive.size] += r.layer_alive[:depth]
+        columns[:r.layer_columns.size] += r.layer_columns[:depth]
+    return alive, columns
 
 
 def _pairs(passes: list[Pass], parts: int) -> list[list[int]]:

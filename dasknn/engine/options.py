@@ -90,6 +90,11 @@ class InferenceOptions:
         CPU only; sync layers then at least 2 apart, their masks arriving two layers on). Off by default: on a
         streamed 65,536-wide network it ran slower, its layer reads no longer hidden in the parts' waits
         (BENCHMARKS.md).
+    compress
+        Data and pipeline modes: images whose activations become equal are computed once, one column for each
+        distinct vector, the others folded into it and expanded at the chunk's end (:mod:`dasknn.kernels.folds`;
+        exact: two images equal after a layer stay equal). On by default; False computes every alive image, for
+        comparison. Model and hybrid modes do not fold yet.
     exchange
         Model and hybrid modes: how the parts' boundary messages travel (a transport of
         :mod:`dasknn.runtime.exchange`): ``"tasks"``, each message a task result that Dask moves (a task per part
@@ -121,6 +126,7 @@ class InferenceOptions:
     keep_activations: bool = False
     overlap: bool = False
     exchange: str = "auto"
+    compress: bool = True
 
     def check(self) -> None:
         """Refuse, in one line each, what no network and no cluster could run."""
@@ -142,6 +148,8 @@ class InferenceOptions:
             raise DasknnError("--activations needs --results (the store they are written to)")
         if self.resume and self.results is None:
             raise DasknnError("--resume needs --results (the store the earlier run wrote)")
+        if not isinstance(self.compress, bool):
+            raise DasknnError(f"compress must be True or False (--compress on|off), not {self.compress!r}")
         if self.messages not in ("compact", "dense"):
             raise DasknnError(f"--messages must be compact or dense, not {self.messages!r}")
         if self.backend not in backend_names():

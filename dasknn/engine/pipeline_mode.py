@@ -17,6 +17,7 @@ import numpy as np
 from dask.sizeof import sizeof
 
 from .. import kernels
+from ..kernels.folds import Folds
 from ..runtime.graph import PinnedGraph, ref
 from ..stages import Stage, stage_cuts  # noqa: F401 - the stages are this mode's: importable from here
 from ..store import open_store
@@ -27,17 +28,21 @@ from .worker_run import Block, LayerStreamSpec
 @dataclass(frozen=True)
 class Handoff:
     """What a stage sends the next one for a chunk: the activations of its live images (neurons x images) and
-    those images' original indices (the dead ones already dropped)."""
+    those images' original indices (the dead ones already dropped), and the chunk's record of folded images
+    (:class:`~dasknn.kernels.folds.Folds`): only one column of each distinct vector crosses."""
 
     yt: object
     ids: np.ndarray
+    folds: Folds | None = None
 
 
 @sizeof.register(Handoff)
 def _handoff_bytes(handoff: Handoff) -> int:
     # Dask counts a result's bytes (its memory, and what a transfer sent) by sizeof, which for an object it does
     # not know is the object's header alone
-    return int(sizeof(handoff.yt) + sizeof(handoff.ids))
+    folds = handoff.folds
+    record = 0 if folds is None else sum(int(a.nbytes) for a in (folds.merged, folds.into, folds.columns, folds.alive))
+    return int(sizeof(handoff.yt) + sizeof(handoff.ids)) + record
 
 
 def keep_stage_places(groups: list[list[str]], stages: list[Stage], held: dict[str, Stage]) -> list[list[str]]:
@@ -73,21 +78,22 @@ def stage_weights(path: str, stage: Stage, dtype: str, backend: str) -> list[Blo
 
 
 def run_stage(run: str, weights: list | LayerStreamSpec, stage: Stage, bias: float, ymax: float, final: bool,
-              results: ResultSpec | None, rows: tuple[int, int] | None, source, start: int):
+              results: ResultSpec | None, rows: tuple[int, int] | None, source, start: int, compress: bool = True):
     """Stage ``stage`` of one chunk: from the chunk's images (the first stage, whose first image is ``start``) or
     the previous stage's :class:`Handoff` (``source``); a :class:`Handoff` for the next stage, or after the last
-    layer the chunk's :class:`~dasknn.engine.tasks.ChunkResult`."""
+    layer the chunk's :class:`~dasknn.engine.tasks.ChunkResult`. ``compress``: the first stage's record of folded
+    images (:mod:`dasknn.kernels.folds`) folds them, or only counts the layers."""
     if isinstance(source, Handoff):
-        yt, ids = source.yt, source.ids
+        yt, ids, folds = source.yt, source.ids, source.folds
     else:
-        yt, ids = source, start
-    out = run_segment(run, weights, yt, ids, stage.first, stage.last, bias, ymax, final, results, rows)
+        yt, ids, folds = source, start, Folds(enabled=compress)
+    out = run_segment(run, weights, yt, ids, stage.first, stage.last, bias, ymax, final, results, rows, folds)
     return out if final else Handoff(*out)
 
 
 def pipeline_chunk(graph: PinnedGraph, c: int, start: int, stages: list[Stage], members: list[str],
                    weights_of: dict[str, object], images, bias: float, ymax: float, results: ResultSpec | None,
-                   rows: tuple[int, int] | None = None) -> str:
+                   rows: tuple[int, int] | None = None, compress: bool = True) -> str:
     """Chunk ``c``'s tasks (its first image ``start``; its ``images`` on ``members[0]``) through the pipeline of
     ``members``, stage ``s`` on ``members[s]`` with that worker's layers ``weights_of[members[s]]``: one task per
     stage; the last one's key (its result the chunk's :class:`~dasknn.engine.tasks.ChunkResult`, with its final
@@ -98,6 +104,6 @@ def pipeline_chunk(graph: PinnedGraph, c: int, start: int, stages: list[Stage], 
         final = s == len(stages) - 1
         key = graph.add(w, f"stage{s}-l{stage.first}-{stage.last}-c{c}", (
             run_stage, graph.run, weights_of[w], stage, bias, ymax, final, results, rows if final else None, source,
-            start))
+            start, compress))
         source = ref(key)
     return key

@@ -3,12 +3,14 @@ reused space, tallies) is the run's object (:class:`~dasknn.engine.worker_run.In
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from .. import kernels
+from ..kernels.folds import Folds
 from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
 from ..runtime.exchange import Exchange
 from ..runtime.exchange.tasks import pick  # noqa: F401 - its old home (the task exchange's picks)
@@ -43,16 +45,21 @@ class ResultSpec:
 class ChunkResult:
     """What a chunk's last task returns: the original indices of its images that survived every layer, how many
     were alive after each round of alive masks (model mode; the plan's bytes are counted by them), and, where the
-    run keeps them, its final activations as dense rows (images x neurons, the dead images' rows zero)."""
+    run keeps them, its final activations as dense rows (images x neurons, the dead images' rows zero).
+
+    Data and pipeline mode add, one entry a layer, the columns each layer computed (the distinct vectors its looks
+    found, :mod:`dasknn.kernels.folds`) and the images alive after it: ``layer_columns``, ``layer_alive``."""
 
     ids: np.ndarray
     alive: tuple[int, ...] = ()
     activations: np.ndarray | None = None
+    layer_columns: np.ndarray | None = None
+    layer_alive: np.ndarray | None = None
 
 
 def without_activations(result: ChunkResult) -> ChunkResult:
     """A chunk's result as the client gathers it: its final activations stay on the worker."""
-    return ChunkResult(result.ids, result.alive)
+    return dataclasses.replace(result, activations=None)
 
 
 def activations_of(result: ChunkResult) -> np.ndarray:
@@ -161,11 +168,13 @@ def write_part_plan_layer(path: str, plan_path: str, k: int, parts: int) -> np.n
 
 def run_segment(run: str, weights: list[Block] | LayerStreamSpec, yt: np.ndarray, ids: np.ndarray | int, first: int,
                 last: int, bias: float, ymax: float, final: bool, results: ResultSpec | None = None,
-                rows: tuple[int, int] | None = None):
+                rows: tuple[int, int] | None = None, folds: Folds | None = None):
     # weights: resident blocks, or the spec of a stream (of run ``run``) that reads the layers as they are needed
     # ids: the images' original indices, or (first segment) the chunk's first index
-    # rows: the chunk's (first index, images) where the run keeps its final activations (as dense rows); the last
-    # segment returns a ChunkResult, the others (yt, ids) for the next
+    # rows: the chunk's (first index, images) where the run keeps its final activations (as dense rows)
+    # folds: the chunk's record of images folded into equal ones (and its layers' counts), carried segment to
+    # segment; None: neither folded nor counted
+    # the last segment returns a ChunkResult, the others (yt, ids, folds) for the next
     ids = np.arange(ids, ids + yt.shape[1]) if isinstance(ids, int) else ids
     if isinstance(weights, list):
         layers = weights[first - 1:last]
@@ -173,13 +182,28 @@ def run_segment(run: str, weights: list[Block] | LayerStreamSpec, yt: np.ndarray
         layers = inference_run(run).stream(weights).layers(first, last)
         # activations on a device: the streamed layers' device copies that fit are kept for the next chunks
         layers = kernels.backend_of(yt).keep_on_device(weights, first, layers)
-    yt, ids = kernels.run_layers(yt, layers, bias, ymax, ids)
+    if folds is None:
+        yt, ids = kernels.run_layers(yt, layers, bias, ymax, ids)
+    else:
+        yt, ids, folds = kernels.run_layers(yt, layers, bias, ymax, ids, folds=folds)
     if not final:
-        return yt, ids
+        return yt, ids, folds
+    yt, ids = expanded(yt, ids, folds)
     if results is not None:
         # written by the worker: a stopped run resumes from here
         write_chunk_result(results.path, results.chunk, ids, _rows_of(yt) if results.activations else None)
-    return ChunkResult(ids, (), None if rows is None else dense_rows(yt, ids, *rows))
+    return ChunkResult(ids, (), None if rows is None else dense_rows(yt, ids, *rows),
+                       None if folds is None else folds.columns, None if folds is None else folds.alive)
+
+
+def expanded(yt, ids: np.ndarray, folds: Folds | None):
+    """A chunk's final activations and images with its folded images back: each reads its representative's
+    column (:meth:`~dasknn.kernels.folds.Folds.expand`); as they are where nothing was folded."""
+    if folds is None or not folds.merged.size:
+        return yt, ids
+    images, columns = folds.expand(ids)
+    xp = kernels.array_module(yt)
+    return xp.take(yt, xp.asarray(columns), axis=1), images
 
 
 def dense_rows(yt, ids: np.ndarray, start: int, count: int) -> np.ndarray:

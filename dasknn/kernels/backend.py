@@ -82,7 +82,12 @@ class Backend(Protocol):
     def run_layers(self, yt, layers: Iterable[Block], bias: float, ymax: float, ids: np.ndarray,
                    compact_every: int | None = None) -> tuple[Array, np.ndarray]:
         """Consecutive layers on one block of images, dead images dropped every ``compact_every`` layers (None:
-        the backend's default); returns the survivors' activations and their ``ids`` (NumPy)."""
+        the backend's default); returns the survivors' activations and their ``ids`` (NumPy).
+
+        A backend whose loop also folds equal images (:mod:`dasknn.kernels.folds`) says so with a true
+        ``folds_in_loop`` attribute and takes the chunk's record as a last argument, ``folds``, returning
+        ``(yt, ids, folds)`` then; any other's loop is run between looks by
+        :func:`~dasknn.kernels.folds.run_layers_folding`, the fold done with its array module."""
 
     def keep_columns(self, a, keep: np.ndarray) -> Array:
         """``a[:, keep]`` for a boolean NumPy mask, over ``a`` itself where the backend can (``a`` is spent)."""

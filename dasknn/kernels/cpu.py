@@ -38,6 +38,8 @@ import numba
 import numpy as np
 
 from .arrays import activations_of_rows, to_host
+from .cpu_folds import fold_group, fold_tile, hash_tile
+from .folds import Folds, hash_coefficients
 from .grad import back_input_numpy, weight_grad_numpy
 from .messages import pack_rows_numpy, unpack_rows_numpy
 
@@ -161,6 +163,37 @@ def _sum_one(src, dst, t, j, p, end, indices, data):  # pragma: no cover - compi
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _sum_four_apart(src, dst, b, j0, j1, j2, j3, indptr, indices, data):  # pragma: no cover - compiled
+    # dst[jk, b] for four outputs with inputs of their own, their sums interleaved: in a tile of one or two images
+    # (a chunk whose images have folded into one) each output's sum is a chain of dependent adds, and four chains
+    # side by side keep the core busy; each still adds its terms left to right in entry order
+    p0, p1, p2, p3 = indptr[j0], indptr[j1], indptr[j2], indptr[j3]
+    n0, n1, n2, n3 = indptr[j0 + 1] - p0, indptr[j1 + 1] - p1, indptr[j2 + 1] - p2, indptr[j3 + 1] - p3
+    zero = dst.dtype.type(0)
+    s0, s1, s2, s3 = zero, zero, zero, zero
+    m = min(min(n0, n1), min(n2, n3))
+    for q in range(m):
+        s0 = s0 + src[indices[p0 + q], b] * data[p0 + q]
+        s1 = s1 + src[indices[p1 + q], b] * data[p1 + q]
+        s2 = s2 + src[indices[p2 + q], b] * data[p2 + q]
+        s3 = s3 + src[indices[p3 + q], b] * data[p3 + q]
+    for q in range(m, n0):
+        s0 = s0 + src[indices[p0 + q], b] * data[p0 + q]
+    for q in range(m, n1):
+        s1 = s1 + src[indices[p1 + q], b] * data[p1 + q]
+    for q in range(m, n2):
+        s2 = s2 + src[indices[p2 + q], b] * data[p2 + q]
+    for q in range(m, n3):
+        s3 = s3 + src[indices[p3 + q], b] * data[p3 + q]
+    dst[j0, b], dst[j1, b], dst[j2, b], dst[j3, b] = s0, s1, s2, s3
+
+
+#: Images in a tile at most for which the layer step sums four outputs' chains side by side (_sum_four_apart)
+#: rather than running along the images.
+NARROW_TILE = 2
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _clamp_row(dst, j, t, bias, ymax, live):  # pragma: no cover - compiled
     # the rule on a summed row: the bias goes to nonzeros only, then ReLU and the clamp; branch-free, so that it
     # vectorises. live[b] is set when the output of image b is nonzero
@@ -183,7 +216,18 @@ def _sum_tile(src, dst, t, indptr, indices, data, columns, order, starts, bias, 
     # image b is nonzero
     for b in range(t):
         live[b] = False
-    for g in range(starts.size - 1):
+    if t <= NARROW_TILE:
+        c = 0
+        while c + 4 <= columns.size:
+            for b in range(t):
+                _sum_four_apart(src, dst, b, columns[c], columns[c + 1], columns[c + 2], columns[c + 3], indptr,
+                                indices, data)
+            c += 4
+        while c < columns.size:
+            j = columns[c]
+            _sum_one(src, dst, t, j, indptr[j], indptr[j + 1], indices, data)
+            c += 1
+    for g in range(starts.size - 1 if t > NARROW_TILE else 0):
         c, end = starts[g], starts[g + 1]
         while c + 4 <= end:
             j0, j1, j2, j3 = order[c], order[c + 1], order[c + 2], order[c + 3]
@@ -264,8 +308,8 @@ def _step_tiles(tiles, nb, indptr, indices, data, bias, ymax, out, columns):  # 
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _squeeze(buf, rows, t, live, ids):  # pragma: no cover - compiled
-    # move the tile's live columns (and their ids) to the front, in order; returns how many there are
+def _squeeze(buf, rows, t, live, ids, weights):  # pragma: no cover - compiled
+    # move the tile's live columns (and their ids and weights) to the front, in order; returns how many there are
     k = 0
     for b in range(t):
         if live[b]:
@@ -273,52 +317,75 @@ def _squeeze(buf, rows, t, live, ids):  # pragma: no cover - compiled
                 for i in range(rows):
                     buf[i, k] = buf[i, b]
                 ids[k] = ids[b]
+                weights[k] = weights[b]
             k += 1
     return k
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts, twin_starts,
-               bias, ymax, src, dst, out, out_ids):  # pragma: no cover - compiled
+def _run_group(yt, ids, weights, indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts,
+               twin_starts, bias, ymax, src, dst, out, out_ids, out_weights, looks, coef, out_hashes, fold_merged,
+               fold_into, folded, columns, alive):  # pragma: no cover - compiled
     # every tile of yt's images through the group's layers (layer l: indptrs[ptr_starts[l]:ptr_starts[l + 1]],
     # its entries from entry_starts[l], its twins orders[ptr_starts[l] - l:] and
     # group_starts[twin_starts[l]:twin_starts[l + 1]]), its dead images squeezed out after each layer; the
-    # survivors go to out / out_ids in tile order; src and dst: the two tile buffers (rows x tile, rows the most
-    # any layer's input or output has). Returns how many survived.
+    # survivors go to out / out_ids / out_weights in tile order; src and dst: the two tile buffers (rows x tile,
+    # rows the most any layer's input or output has). weights: the images each column stands for (folds); layer
+    # l's columns computed and images alive after it are added to columns[l] and alive[l]. Where looks[l], the
+    # tile's columns equal to an earlier one of the tile are folded into it after layer l (_fold_tile: the images
+    # go to fold_merged / fold_into from folded[0] on: cpu_folds.fold_tile), but after the group's last layer,
+    # where the survivors' hashes go to out_hashes for a look over every tile. Returns how many survived.
     layers = ptr_starts.size - 1
     rows, tile = src.shape
     live = np.empty(tile, dtype=np.bool_)
     tile_ids = np.empty(tile, dtype=ids.dtype)
+    tile_weights = np.empty(tile, dtype=weights.dtype)
+    tile_hashes = np.empty(tile if coef.size else 0, dtype=np.float64)
+    last = layers - 1
     everything = np.arange(rows)  # a layer's columns: its first indptr.size - 1
     total = 0
     for b0 in range(0, yt.shape[1], tile):
         t = min(tile, yt.shape[1] - b0)
         _pack_tile(yt, yt, yt.shape[0], yt.shape[0], b0, t, src)
         tile_ids[:t] = ids[b0:b0 + t]
+        tile_weights[:t] = weights[b0:b0 + t]
         width = yt.shape[0]
         for k in range(layers):
             indptr = indptrs[ptr_starts[k]:ptr_starts[k + 1]]
             e0, e1 = entry_starts[k], entry_starts[k + 1]
             order = orders[ptr_starts[k] - k:ptr_starts[k + 1] - k - 1]
             starts = group_starts[twin_starts[k]:twin_starts[k + 1]]
+            columns[k] += t
             _sum_tile(src, dst, t, indptr, indices[e0:e1], data[e0:e1], everything[:indptr.size - 1], order, starts,
                       bias, ymax, live)
             width = indptr.size - 1
-            t = _squeeze(dst, width, t, live, tile_ids)
+            t = _squeeze(dst, width, t, live, tile_ids, tile_weights)
+            for b in range(t):
+                alive[k] += tile_weights[b]
             src, dst = dst, src
             if t == 0:
                 break
+            if looks[k] and k < last and t > 1:
+                hash_tile(src, width, t, coef, tile_hashes)
+                before = folded[0]
+                fold_tile(src, width, t, tile_hashes, tile_ids, tile_weights, live, fold_merged, fold_into, folded)
+                if folded[0] != before:
+                    t = _squeeze(src, width, t, live, tile_ids, tile_weights)
+        if looks[last] and t:
+            hash_tile(src, width, t, coef, tile_hashes)
+            out_hashes[total:total + t] = tile_hashes[:t]
         for i in range(width):
             for b in range(t):
                 out[i, total + b] = src[i, b]
         out_ids[total:total + t] = tile_ids[:t]
+        out_weights[total:total + t] = tile_weights[:t]
         total += t
     return total
 
 
-#: Per thread (by ident): the flat scratch arrays :func:`layer_step_numpy` tiles into, by dtype, kept between calls
-#: until :func:`release_scratch`.
-_SCRATCH: dict[int, dict[np.dtype, np.ndarray]] = {}
+#: Per thread (by ident): the flat scratch arrays :func:`layer_step_numpy` tiles into and the layer loop gathers a
+#: group's layers into, by use and dtype, kept between calls until :func:`release_scratch`.
+_SCRATCH: dict[int, dict[tuple[str, np.dtype], np.ndarray]] = {}
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -348,12 +415,12 @@ def keep_columns_numpy(a: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return flat[:a.shape[0] * kept.size].reshape(a.shape[0], kept.size)
 
 
-def _scratch(size: int, dtype: np.dtype) -> np.ndarray:
-    # at least size items of dtype, this thread's own, grown as needed
+def _scratch(size: int, dtype: np.dtype, use: str = "tiles") -> np.ndarray:
+    # at least size items of dtype for one use, this thread's own, grown as needed
     held = _SCRATCH.setdefault(threading.get_ident(), {})
-    work = held.get(dtype)
+    work = held.get((use, dtype))
     if work is None or work.size < size:
-        work = held[dtype] = np.empty(size, dtype=dtype)
+        work = held[use, dtype] = np.empty(size, dtype=dtype)
     return work
 
 
@@ -464,7 +531,7 @@ def layer_step_tiles(tiles: np.ndarray, images: int, indptr: np.ndarray, indices
 
 
 def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]], bias: float,
-                     ymax: float, ids: np.ndarray, compact_every: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     ymax: float, ids: np.ndarray, compact_every: int | None = None, folds: Folds | None = None):
     """:func:`dasknn.kernels.run_layers` on NumPy activations: tile by tile through groups of layers, the dead
     images squeezed out of each tile after every layer.
 
@@ -482,22 +549,30 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
     compact_every
         Accepted for the common signature; on the CPU the tiles drop dead images after every layer, which
         costs a pass over a tile already in cache.
+    folds
+        The chunk's :class:`~dasknn.kernels.folds.Folds`: where given, after each layer the record says to look at,
+        each tile's columns are hashed while the tile is in L2 and those equal to an earlier one of the tile are
+        folded into it (compared, never trusted to the hash); after a group's last layer, the same over every
+        tile's survivors. Looks never end a group early. Every layer is counted in the record.
 
     Returns
     -------
-    (yt, ids)
-        The final activations of the surviving images and their original indices.
+    (yt, ids) or (yt, ids, folds)
+        The final activations of the surviving images (of their representatives, with ``folds``) and their
+        original indices; with ``folds``, the record after these layers.
     """
     dtype = yt.dtype
     yt = np.ascontiguousarray(yt)
     ids = np.asarray(ids)
     if yt.shape[1] == 0:
-        return yt, ids
+        return (yt, ids) if folds is None else (yt, ids, folds)
+    weights = np.ones(ids.size, dtype=np.int64) if folds is None else folds.weights(ids)
+    layers = iter(layers)
     # the memory is reused from group to group (a group is a single layer at 65,536 neurons): fresh arrays of this
     # size are fresh mappings, their pages zeroed on first touch, which cost as much system time as the kernel's
     # own (measured on 65,536-wide layers under a Dask nanny's malloc settings)
     ours = spare = None  # the flat buffer yt is in (once it is an output here), and the one free for reuse
-    for group in _groups(iter(layers)):
+    while group := _next_group(layers, GROUP_LAYERS):
         indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts, twin_starts = \
             _concatenated(group, dtype, yt.shape[1])
         rows = max(yt.shape[0], int(np.diff(ptr_starts).max()) - 1)
@@ -507,30 +582,47 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
         size = shape[0] * shape[1]
         buffer = spare if spare is not None and spare.size >= size else np.empty(size, dtype=dtype)
         out = buffer[:size].reshape(shape)
-        out_ids = np.empty_like(ids)
+        out_ids, out_weights = np.empty_like(ids), np.empty_like(weights)
+        looks = folds.looks(len(group)) if folds is not None else np.zeros(len(group), dtype=bool)
+        coef = hash_coefficients(rows) if looks.any() else _NO_HASH
+        hashes = np.empty(yt.shape[1] if looks[-1] else 0)
+        fold_merged, fold_into = (np.empty(yt.shape[1] if looks.any() else 0, dtype=np.int64) for _ in range(2))
+        folded = np.zeros(1, dtype=np.int64)
+        columns, alive = np.zeros(len(group), dtype=np.int64), np.zeros(len(group), dtype=np.int64)
         src, dst = (tiles[i * rows * tile:(i + 1) * rows * tile].reshape(rows, tile) for i in (0, 1))
-        survivors = _run_group(yt, ids, indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts,
-                               twin_starts, dtype.type(bias), dtype.type(ymax), src, dst, out, out_ids)
+        entering = yt.shape[1]
+        survivors = _run_group(yt, ids, weights, indptrs, ptr_starts, indices, data, entry_starts, orders,
+                               group_starts, twin_starts, dtype.type(bias), dtype.type(ymax), src, dst, out, out_ids,
+                               out_weights, looks, coef, hashes, fold_merged, fold_into, folded, columns, alive)
         spare, ours = ours, buffer  # the input's buffer is free now (never the caller's own array)
-        yt, ids = out[:, :survivors], out_ids[:survivors]
+        yt, ids, weights = out[:, :survivors], out_ids[:survivors], out_weights[:survivors]
+        if folds is not None:
+            n, before = int(folded[0]), folds.merged.size
+            folds = folds.counted(columns, alive).folded(fold_merged[:n], fold_into[:n])
+            if looks[-1]:
+                yt, ids, weights, folds = fold_group(out, survivors, hashes, ids, weights, folds)
+            folds = folds.ran(len(group), (folds.merged.size - before) / max(1, entering))
         if survivors == 0:
             break
-    return np.ascontiguousarray(yt), ids
+    yt = np.ascontiguousarray(yt)
+    return (yt, ids) if folds is None else (yt, ids, folds)
 
 
-def _groups(layers: Iterator) -> Iterator[list]:
-    # consecutive layers, up to GROUP_LAYERS of them or GROUP_ENTRIES entries (at least one layer)
-    while True:
-        group: list = []
-        entries = 0
-        for layer in islice(layers, GROUP_LAYERS):
-            group.append(layer)
-            entries += layer[1].size
-            if entries >= GROUP_ENTRIES:
-                break
-        if not group:
-            return
-        yield group
+#: No hash coefficients: the layer loop does not look.
+_NO_HASH = np.empty(0, dtype=np.float64)
+
+
+def _next_group(layers: Iterator, most: int) -> list:
+    # the next consecutive layers, up to ``most`` of them or GROUP_ENTRIES entries (at least one layer; none at the
+    # end)
+    group: list = []
+    entries = 0
+    for layer in islice(layers, most):
+        group.append(layer)
+        entries += layer[1].size
+        if entries >= GROUP_ENTRIES:
+            break
+    return group
 
 
 #: The twins of each layer met before, by the id of its indices array, while that array lives (a weak reference's
@@ -570,8 +662,12 @@ def _concatenated(group: list, dtype: np.dtype, images: int) -> tuple[np.ndarray
     ptr_starts[1:] = np.cumsum([p.size for p in indptrs])
     entry_starts = np.zeros(len(group) + 1, dtype=np.int64)
     entry_starts[1:] = np.cumsum([ix.size for _, ix, _ in group])
-    indices = np.concatenate([np.asarray(ix, dtype=np.int64) for _, ix, _ in group])
-    data = np.concatenate([np.asarray(d, dtype=dtype) for _, _, d in group])
+    # into this thread's scratch: fresh arrays of megabytes per group are fresh mappings whose pages fault in, which
+    # under a Dask nanny's malloc settings cost twice the kernel's own time on a 1,920-layer network of one live
+    # column (and the group is done with them before the next is gathered)
+    entries = int(entry_starts[-1])
+    indices = np.concatenate([ix for _, ix, _ in group], out=_scratch(entries, np.dtype(np.int64), "indices")[:entries])
+    data = np.concatenate([d for _, _, d in group], out=_scratch(entries, dtype, "data")[:entries])
     twins = [_layer_twins(layer, p, indices[entry_starts[k]:entry_starts[k + 1]], images)
              for k, (layer, p) in enumerate(zip(group, indptrs))]
     twin_starts = np.zeros(len(group) + 1, dtype=np.int64)
@@ -587,6 +683,8 @@ class CpuBackend:
 
     name: str = "cpu"
     reuse_space: bool = True
+    #: the layer loop folds equal images itself, hashing each tile as it leaves L2 (:func:`run_layers_numpy`)
+    folds_in_loop: bool = True
 
     def missing(self) -> str | None:
         return None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .backend import Backend
+from .folds import Folds, run_layers_folding
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,10 @@ def run_layers(
     ymax: float,
     ids: np.ndarray,
     compact_every: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Run consecutive layers on one block of images, dropping images that die.
+    folds: Folds | None = None,
+) -> tuple:
+    """Run consecutive layers on one block of images, dropping images that die (and, with ``folds``, folding
+    images whose activations are equal into one).
 
     A dead image (an all-zero column) stays dead, so it is cut out of ``yt`` every ``compact_every`` layers (by
     default every layer on the CPU, every ``GPU_COMPACT_EVERY`` on a GPU). The loop is the backend's of ``yt``:
@@ -188,13 +191,23 @@ def run_layers(
         The images' original indices (length ``B``); they follow the surviving columns.
     compact_every
         Layers between compactions; None for the backend's default.
+    folds
+        The chunk's :class:`~dasknn.kernels.folds.Folds`: equal images are computed once (a backend whose loop
+        folds itself, ``folds_in_loop``, does it there; any other's loop runs between looks,
+        :func:`~dasknn.kernels.folds.run_layers_folding`), and the layers are counted in it.
 
     Returns
     -------
-    (yt, ids)
-        The final activations of the surviving images and their original indices (a NumPy array).
+    (yt, ids) or, with ``folds``, (yt, ids, folds)
+        The final activations of the surviving images (their representatives, with ``folds``) and their original
+        indices (a NumPy array); the record after these layers.
     """
-    return run_layers_device(yt, layers, bias, ymax, ids, compact_every)
+    if folds is None:
+        return run_layers_device(yt, layers, bias, ymax, ids, compact_every)
+    backend = backend_of(yt)
+    if getattr(backend, "folds_in_loop", False):
+        return backend.run_layers(yt, layers, bias, ymax, ids, compact_every, folds)
+    return run_layers_folding(backend, yt, layers, bias, ymax, ids, compact_every, folds)
 
 
 # the backends: a new one is a module implementing kernels.backend.Backend and a line here

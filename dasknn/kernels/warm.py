@@ -23,9 +23,10 @@ import numpy as np
 import scipy.sparse as sp
 from numba.core.dispatcher import Dispatcher
 
-from . import cpu, grad, messages
+from . import cpu, cpu_folds, grad, messages
 from .arrays import activations_of_rows
 from .dispatch import keep_columns, layer_step, run_layers
+from .folds import Folds
 from .grad import back_input, weight_grad
 from .messages import pack_rows, unpack_rows
 
@@ -100,6 +101,11 @@ def _warm(spec: WarmSpec, xp) -> None:
         # group holds: the next group's activations are the survivors' columns of the last (not contiguous once
         # an image died, and two of these are dead from the start)
         run_layers(yt, [layer] * (cpu.GROUP_LAYERS + 1), 0.0, 1.0, np.arange(0, yt.shape[1]))
+        # and folding equal images (engine.tasks.run_segment with a Folds record): every image twice, so that the
+        # looks inside a group's tiles fold some, and a group of one layer's look over every tile compares some
+        twice = xp.ascontiguousarray(xp.concatenate([yt, yt], axis=1))
+        for layers in ([layer], [layer] * (cpu.GROUP_LAYERS + 1)):
+            run_layers(twice, layers, 0.0, 1.0, np.arange(0, twice.shape[1]), folds=Folds())
     if spec.steps:
         _warm_step(dtype, images, spec.compact, spec.overlap and xp is np, xp)
     if spec.training:
@@ -199,7 +205,8 @@ def _warm_gpu(spec: WarmSpec) -> None:
 
 
 def _kernels() -> list[Dispatcher]:
-    return [k for module in (cpu, messages, grad) for k in vars(module).values() if isinstance(k, Dispatcher)]
+    return [k for module in (cpu, cpu_folds, messages, grad) for k in vars(module).values()
+            if isinstance(k, Dispatcher)]
 
 
 def cache_locations() -> list[CacheLocation]:

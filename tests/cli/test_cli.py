@@ -76,6 +76,26 @@ def test_infer_model_mode_out_of_core(slice_store, capsys, tmp_path):
 
 
 @pytest.mark.cluster
+def test_infer_compress_on_and_off(slice_store, capsys):
+    reports = {}
+    for compress in ("on", "off"):
+        code, out, err = run(["infer", "--network", str(slice_store), "--mode", "data", "--workers", "1",
+                              "--dtype", "float64", "--compress", compress, "--json"], capsys)
+        assert code == 0, err
+        reports[compress] = json.loads(out)
+    on, off = reports["on"], reports["off"]
+    assert on["compress"] is True and off["compress"] is False
+    assert on["matches_truth"] is True and off["matches_truth"] is True
+    # the per-layer counts last: the same images alive, fewer distinct vectors computed; two rates
+    assert list(on)[-1] == "per_layer" and set(on["per_layer"]) == {"alive", "distinct"}
+    assert on["per_layer"]["alive"] == off["per_layer"]["alive"] and len(on["per_layer"]["alive"]) == 12
+    assert sum(on["per_layer"]["distinct"]) < sum(off["per_layer"]["distinct"])
+    assert on["multiplied_per_second"] < on["edges_per_second"]
+    code, out, err = run(["infer", "--network", str(slice_store), "--workers", "1", "--compress", "maybe"], capsys)
+    assert code == 2 and "--compress" in err
+
+
+@pytest.mark.cluster
 def test_infer_human_output(slice_store, capsys):
     code, out, _ = run(["infer", "--network", str(slice_store), "--dtype", "float64", "--workers", "1"], capsys)
     assert code == 0

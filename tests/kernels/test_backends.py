@@ -19,6 +19,7 @@ from dasknn import train as tr
 from dasknn.engine import tasks
 from dasknn.engine.worker_run import InferenceRun, InferenceRunSpec
 from dasknn.kernels.backend import Backend, BackendUnsupported
+from dasknn.kernels.folds import Folds
 from examples import random_activations, random_layer
 
 BIAS, YMAX = -0.3, 4.0
@@ -123,6 +124,36 @@ class BackendChecks:
         assert isinstance(got_ids, np.ndarray)
         np.testing.assert_array_equal(got_ids, ids)
         np.testing.assert_array_equal(be.to_host(got), want)
+
+    @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+    def test_layer_loop_folds_equal_images_and_expands_them_exactly(self, be, dtype):
+        # half the images repeat others (equal from the first layer on); the loop computes each distinct vector once
+        # and the record gives every image back with its representative's activations, bit for bit
+        n, images = 64, 300
+        layers = [random_layer(n, n, seed=20 + k, dtype=dtype) for k in range(7)]
+        x = random_activations(n, images, seed=8, dtype=dtype)
+        x[:, 150:] = x[:, np.random.default_rng(8).integers(0, 150, images - 150)]
+        want, ids = x, np.arange(images)
+        alive = []
+        for layer in layers:
+            want = reference_step(want, layer)
+            keep = want.any(axis=0)
+            want, ids = want[:, keep], ids[keep]
+            alive.append(ids.size)
+        got, got_ids, folds = kernels.run_layers(be.to_device(x), [tuple(be.to_device(a) for a in w) for w in layers],
+                                                 BIAS, YMAX, np.arange(images), folds=Folds())
+        assert folds.merged.size > 0 and got.shape[1] < ids.size  # folded: fewer columns than alive images
+        images_back, columns = folds.expand(got_ids)
+        order = np.argsort(images_back)
+        np.testing.assert_array_equal(images_back[order], ids)
+        np.testing.assert_array_equal(be.to_host(got)[:, columns[order]], want)
+        # one count a layer (a loop that does not fold itself counts per run of layers between its looks)
+        assert folds.alive.size == folds.columns.size == len(layers) and folds.alive[-1] == alive[-1]
+        assert folds.columns[0] == images and folds.columns[-1] < alive[-1]
+        off, off_ids, counted = kernels.run_layers(be.to_device(x), [tuple(be.to_device(a) for a in w) for w in layers],
+                                                   BIAS, YMAX, np.arange(images), folds=Folds(enabled=False))
+        assert counted.merged.size == 0 and counted.alive[-1] == alive[-1] and counted.columns[-1] >= alive[-1]
+        np.testing.assert_array_equal(np.sort(off_ids), ids)
 
     def test_keep_columns_and_alive(self, be):
         a = random_activations(30, 50, seed=5, dtype=np.float32)

@@ -1,0 +1,75 @@
+"""Images that converge computed once: ``compress`` on against off, side by side in one run, on one cluster.
+
+Usage (from the repository root)::
+
+    python benchmarks/bench_compress.py STORE [STORE ...] [--images N] [--workers 2] [--dtype float32]
+        [--modes data,pipeline] [--rounds 3]
+
+A STORE is a dasknn store holding its images (``dasknn import`` of the published files, ``dasknn generate
+--images``). For each store and mode the two settings alternate ``--rounds`` times on the same warm cluster (the
+first run of each, which loads and compiles, is dropped from nothing: the engine times inference alone, its warm-up
+in the untimed load phase); each row gives the best inference seconds, the challenge's nominal edges/s (images x
+all edges / seconds), the edges the kernels multiplied per second, the columns computed against the alive images
+summed over the layers, the categories' agreement between the two settings and with the stored truth, and the
+speed-up (off / on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+from datetime import datetime, timezone
+
+import numpy as np
+
+
+def main() -> None:
+    from dasknn import engine, store
+    from dasknn.cluster import local_client
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("stores", nargs="+")
+    ap.add_argument("--images", type=int, default=None, help="the first N images (default: all)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--modes", default="data")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--stream", action="store_true", help="stream the layers (data mode out of core)")
+    args = ap.parse_args()
+
+    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.2f}, {args.workers} workers, {args.dtype}")
+    print("store | mode | compress | seconds (best) | nominal edges/s | multiplied edges/s | columns / alive | "
+          "categories | speed-up")
+    with local_client(workers=args.workers, threads_per_worker=1) as client:
+        for path in args.stores:
+            s = store.open_store(path)
+            truth = s.inputs.truth(args.dtype) if s.inputs is not None else None
+            for mode in args.modes.split(","):
+                runs: dict[bool, list] = {True: [], False: []}
+                for _ in range(args.rounds):
+                    for compress in (False, True):
+                        r = engine.infer(path, client=client, mode=mode, dtype=args.dtype, images=args.images,
+                                         compress=compress, resident=False if args.stream else None)
+                        runs[compress].append(r)
+                best = {c: min(rs, key=lambda r: r.seconds) for c, rs in runs.items()}
+                agree = np.array_equal(best[True].categories, best[False].categories)
+                for compress in (False, True):
+                    r = best[compress]
+                    cats = r.categories
+                    if truth is not None and args.images is None:
+                        vs_truth = "= truth" if np.array_equal(cats, truth) else \
+                            f"{np.setxor1d(cats, truth).size} differ from truth"
+                    else:
+                        vs_truth = "no truth"
+                    ratio = best[False].seconds / r.seconds
+                    print(f"{os.path.basename(path.rstrip('/'))} | {mode} | {'on' if compress else 'off'} | "
+                          f"{r.seconds:.3f} | {r.edges_per_second:.3e} | {r.multiplied_per_second:.3e} | "
+                          f"{sum(r.layer_columns)} / {sum(r.layer_alive)} | "
+                          f"{cats.size} ({'on = off' if agree else 'ON != OFF'}; {vs_truth}) | "
+                          f"{ratio:.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()

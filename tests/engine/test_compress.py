@@ -1,0 +1,82 @@
+"""Images that converge are computed once, through the engine: data mode (resident, streamed, in segments) and
+pipeline mode fold them and give the categories, kept activations and results of every image, as with
+``compress=False``; the counts per layer and the two rates in the result."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dasknn import engine, generate, store
+
+pytestmark = pytest.mark.cluster
+
+
+def _both(client, path, **options):
+    on = engine.infer(path, client=client, compress=True, **options)
+    off = engine.infer(path, client=client, compress=False, **options)
+    return on, off
+
+
+@pytest.mark.parametrize("options", [
+    {"mode": "data", "resident": True},
+    {"mode": "data", "resident": False},
+    {"mode": "data", "segment": 5, "chunks": 3},
+    {"mode": "pipeline"},
+    {"mode": "pipeline", "resident": False},
+], ids=["data", "data-streamed", "data-segments", "pipeline", "pipeline-streamed"])
+def test_folded_runs_give_every_images_category_and_count_fewer_columns(client, slice_store, slice_truth, options):
+    on, off = _both(client, slice_store, dtype="float64", **options)
+    np.testing.assert_array_equal(on.categories, slice_truth)
+    np.testing.assert_array_equal(off.categories, slice_truth)
+    # the same images alive after every layer; fewer columns computed where they fold
+    assert on.layer_alive == off.layer_alive and len(on.layer_alive) == 12
+    assert off.layer_columns[1:] == off.layer_alive[:-1]  # off: every alive image is a column of the next layer
+    assert sum(on.layer_columns) < sum(off.layer_columns) and on.layer_columns[-1] < on.layer_alive[-2]
+    s = store.open_store(slice_store)
+    assert on.edges_multiplied == int(np.dot(on.layer_columns, s.layer_entries()))
+    assert on.multiplied_per_second == pytest.approx(on.edges_multiplied / on.seconds)
+    assert on.edges_per_second == pytest.approx(1000 * s.edges / on.seconds)
+
+
+@pytest.fixture(scope="module")
+def converging_store(tmp_path_factory):
+    """A generated 1024 x 32 network whose images converge by its middle layers (the truth stored with them)."""
+    return generate.write(tmp_path_factory.mktemp("converging") / "c.zarr", 1024, 32, images_count=600, seed=3,
+                          truth=True)
+
+
+def test_pipeline_hands_on_only_the_distinct_columns(client, converging_store):
+    # two stages: the images that folded in the first cross to the second as one column each
+    on, off = _both(client, converging_store, mode="pipeline", dtype="float64", chunks=2)
+    truth = store.open_store(converging_store).inputs.truth("float64")
+    np.testing.assert_array_equal(on.categories, truth)
+    np.testing.assert_array_equal(off.categories, truth)
+    assert on.stages == off.stages and len(on.stages) == 2
+    first = on.stages[0][1]  # the first stage's last layer: what crosses is what it computed next
+    assert on.layer_columns[first] < off.layer_columns[first] / 2
+    assert 0 < on.bytes_sent < off.bytes_sent
+
+
+@pytest.mark.parametrize("mode", ["data", "pipeline"])
+def test_kept_activations_and_results_are_expanded_exactly(client, slice_store, tmp_path, mode):
+    kept = {}
+    for compress in (True, False):
+        results = tmp_path / f"results-{compress}.zarr"
+        r = engine.infer(slice_store, client=client, mode=mode, dtype="float32", compress=compress, chunks=2,
+                         keep_activations=True)
+        kept[compress] = r.activations.compute(scheduler=client)
+        engine.infer(slice_store, client=client, mode=mode, dtype="float32", compress=compress, chunks=2,
+                     results=str(results), activations=True)
+        kept[compress, "stored"] = store.read_activations(results).toarray()
+    np.testing.assert_array_equal(kept[True], kept[False])  # bit for bit, every image's row
+    np.testing.assert_array_equal(kept[True, "stored"], kept[False, "stored"])
+    np.testing.assert_array_equal(kept[True, "stored"], kept[True])
+    assert np.count_nonzero(kept[True].any(axis=1)) > 200
+
+
+def test_compress_must_be_a_bool(client, slice_store):
+    from dasknn.errors import DasknnError
+
+    with pytest.raises(DasknnError, match="compress must be True or False"):
+        engine.infer(slice_store, client=client, compress="yes")

@@ -1,0 +1,81 @@
+"""Images that converge are computed once (dasknn.kernels.folds): the record, its schedule of looks, and the CPU
+loop's folds on the real network's slice, bit for bit against the loop that computes every image."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dasknn import io
+from dasknn.kernels import cpu, folds
+from dasknn.kernels.folds import Folds
+
+
+def test_roots_follow_chains_of_folds_and_expand_gives_every_image_its_column():
+    # 5 into 3, then 3 into 1 (3 was a representative when 5 was folded); 7 into 2, and 2 dies later
+    record = Folds().folded(np.array([5, 7]), np.array([3, 2])).folded(np.array([3]), np.array([1]))
+    np.testing.assert_array_equal(record.roots(), [1, 2, 1])
+    images, columns = record.expand(np.array([4, 1]))  # the survivors' columns: image 4, then image 1
+    assert dict(zip(images.tolist(), columns.tolist())) == {4: 0, 1: 1, 5: 1, 3: 1}  # 7 died with 2
+    np.testing.assert_array_equal(record.weights(np.array([4, 1, 2])), [1, 3, 2])
+
+
+def test_looks_come_every_layer_while_they_fold_many_and_grow_apart_while_they_fold_none():
+    record = Folds()
+    assert record.looks(4).tolist() == [True] * 4  # a chunk starts looking after every layer
+    assert record.ran(4, 0.10).every == 1  # 10 % folded: still every layer
+    assert record.ran(4, 0.01).every == 1  # 1 %: unchanged
+    every, looks = [], []
+    for _ in range(6):
+        looks.append(record.looks(16).sum())
+        record = record.ran(16, 0.0)  # nothing folded: twice as far apart, 16 layers at most
+        every.append(record.every)
+    assert every == [2, 4, 8, 16, 16, 16] and folds.MOST_EVERY == 16
+    assert looks == [16, 8, 4, 2, 1, 1]
+    # a look after the first of 3 layers, the next 16 layers after it: 14 on; 3 more without a look: 11 on
+    assert record.to_look == 1
+    later = record.ran(3, 0.0)
+    assert later.to_look == 14 and later.every == 16
+    assert later.ran(3, 0.0).to_look == 11 and later.ran(3, 0.0).layers_to_run(16) == 11
+    assert not Folds(enabled=False).looks(16).any() and Folds(enabled=False).layers_to_run(16) == 16
+
+
+@pytest.fixture(scope="module")
+def real_slice(slice_paths):
+    net = io.read_network(slice_paths["network"])
+    x = io.read_images(slice_paths["images"], neurons=1024)
+    return net, x
+
+
+def _run(net, x, dtype, record):
+    layers = [(w.indptr, w.indices, w.data.astype(dtype)) for w in net.layers]
+    yt = np.ascontiguousarray(x.toarray().T.astype(dtype))
+    return cpu.run_layers_numpy(yt, layers, net.bias, net.ymax, np.arange(x.shape[0]), folds=record)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_real_slice_folded_is_bit_equal_to_every_image_computed(real_slice, dtype):
+    net, x = real_slice
+    off, off_ids, counted = _run(net, x, dtype, Folds(enabled=False))
+    on, on_ids, record = _run(net, x, dtype, Folds())
+    assert counted.merged.size == 0 and np.array_equal(counted.columns[1:], counted.alive[:-1])
+    images, columns = record.expand(on_ids)
+    order, want = np.argsort(images), np.argsort(off_ids)
+    np.testing.assert_array_equal(images[order], off_ids[want])
+    np.testing.assert_array_equal(on[:, columns[order]], off[:, want])  # bit for bit
+    np.testing.assert_array_equal(record.alive, counted.alive)  # the same images alive after every layer
+    # the real network's images collapse by layer 12: far fewer columns than images there
+    assert record.columns[-1] * 2 < record.alive[-2] and record.columns.sum() < counted.columns.sum()
+
+
+def test_a_hash_never_folds_alone_equal_hashes_are_compared(real_slice, monkeypatch):
+    # every column hashes alike: each is compared with the first of its hash, and only equal ones fold
+    net, x = real_slice
+    x = x[:300]
+    off, off_ids, _ = _run(net, x, "float64", Folds(enabled=False))
+    monkeypatch.setattr(cpu, "hash_coefficients", lambda rows: np.zeros(rows))
+    on, on_ids, record = _run(net, x, "float64", Folds())
+    images, columns = record.expand(on_ids)
+    order, want = np.argsort(images), np.argsort(off_ids)
+    np.testing.assert_array_equal(images[order], off_ids[want])
+    np.testing.assert_array_equal(on[:, columns[order]], off[:, want])
