@@ -42,6 +42,16 @@ from .store import LayerStream, open_inputs, open_store
 PROBE_BUDGET = 4e9
 #: Activations (images x neurons) in the probe's sample.
 PROBE_ACTIVATIONS = 1 << 21
+#: Bytes the probe takes per activation of its sample (images x neurons x itemsize) at most: the sample, the two
+#: buffers its steps write into, a message packed and unpacked, the kernel's tile buffers (measured on a
+#: 65,536-wide float64 layer: 0.19, 0.25, 0.36 and 0.57 GB over the process's own at 16, 64, 128 and 200 images,
+#: 5.6 activations' bytes an image between the last two).
+PROBE_COPIES = 6
+#: Layers the probe holds at once at most (the stream's layer and its read-ahead, the warm-up's, scipy's copies).
+PROBE_LAYERS = 4
+#: Images the probe samples at least where the batch has them: in less memory than that takes, it cannot run
+#: (``auto`` then runs the mode that needs least memory).
+PROBE_MIN_IMAGES = 16
 #: Seconds each worker runs the kernel for :func:`kernel_rate`, and the multiply-adds of one call at most.
 KERNEL_SECONDS = 0.5
 KERNEL_CALL = 2e8
@@ -129,25 +139,53 @@ def setup_seconds(entries: int, parts: int, method: str | None, plan: bool, work
     return float(seconds)
 
 
-def probe(path: str, inputs: Any, images: int, dtype: str) -> dict:
+def probe_width(neurons: int, itemsize: int, images: int, layer_bytes: int = 0,
+                memory: float | None = None) -> int:
+    """Images the probe samples of a batch of ``images``, in ``memory`` bytes (None: unbounded) beside what its
+    worker holds already; 0 where not even :data:`PROBE_MIN_IMAGES` (or the batch, if smaller) fit.
+
+    :data:`PROBE_ACTIVATIONS` activations wide (2,048 images at 1,024 neurons, several of the kernel's tiles, so
+    its alive fractions are those of a real chunk) and two of the kernel's tiles at least (256 images at 65,536
+    neurons in float64), but only as many whole vectors of images as :data:`PROBE_LAYERS` layers of
+    ``layer_bytes`` and :data:`PROBE_COPIES` times the sample leave room for: two tiles of a 65,536-wide float64
+    layer took 0.6 GB, more than a worker of 600 MB may hold.
+    """
+    # two of the kernel's tiles at least: a sample of a wide layer narrower than TWIN_MIN_IMAGES (as one tile's
+    # images are, once a few die) runs the kernel without its twins, at a third of the rate a run's chunks get
+    # (65,536 wide: 1.4e9 against 4.1e9 multiply-adds per second)
+    width = min(images, 4096, max(64, PROBE_ACTIVATIONS // neurons, 2 * kernels.tile_for(neurons, itemsize)))
+    if memory is None:
+        return int(width)
+    room = int((memory - PROBE_LAYERS * layer_bytes) // (PROBE_COPIES * neurons * itemsize))
+    if room < min(width, PROBE_MIN_IMAGES):
+        return 0
+    # whole vectors of 16 images where more than 16 fit (the kernel's tiles are)
+    return int(min(width, room - room % 16 if room >= 16 else room))
+
+
+def probe_layer_bytes(store, itemsize: int) -> int:
+    """The bytes of the network's largest layer as the probe holds it (values, indices and column pointers)."""
+    return int(store.layer_entries().max()) * (itemsize + 8) + (store.neurons + 1) * 8
+
+
+def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None = None) -> dict:
     """Run a sample of the batch through the network on this worker (a task): alive fractions, message factors,
     kernel, packing and store-read rates.
 
-    The sample is the batch's first images, :data:`PROBE_ACTIVATIONS` activations wide (2,048 images at 1,024
-    neurons, several of the kernel's tiles, so its alive fractions are those of a real chunk) and two of the
-    kernel's tiles at least (256 images at 65,536 neurons in float64); the probe stops after
-    :data:`PROBE_BUDGET` multiply-adds (later layers are assumed to behave like the last one it ran).
+    The sample is the batch's first images, as many as :func:`probe_width` gives in ``memory`` bytes (None:
+    unbounded); the probe stops after :data:`PROBE_BUDGET` multiply-adds (later layers are assumed to behave like
+    the last one it ran).
 
     ``inputs`` is the inputs store (its path), or rows in memory the task was given: a scattered batch, or a
     dask.array's first chunk (NumPy, ``scipy.sparse`` or CuPy; the sample is then at most that chunk's rows).
     """
     store = open_store(path, check="metadata")
-    # two of the kernel's tiles at least: a sample of a wide layer narrower than TWIN_MIN_IMAGES (as one tile's
-    # images are, once a few die) runs the kernel without its twins, at a third of the rate a run's chunks get
-    # (65,536 wide: 1.4e9 against 4.1e9 multiply-adds per second)
-    width = min(4096, max(64, PROBE_ACTIVATIONS // store.neurons,
-                          2 * kernels.tile_for(store.neurons, np.dtype(dtype).itemsize)))
-    yt = _sample(inputs, int(min(images, width)), np.dtype(dtype))
+    itemsize = np.dtype(dtype).itemsize
+    width = probe_width(store.neurons, itemsize, images, probe_layer_bytes(store, itemsize), memory)
+    if width == 0:
+        raise MemoryError(f"the cost model's probe cannot sample {PROBE_MIN_IMAGES} images of a {store.neurons}-wide "
+                          f"network in {memory / (1 << 20):,.0f} MiB")
+    yt = _sample(inputs, width, np.dtype(dtype))
     width = yt.shape[1]
     # the steps write into two buffers in turn, touched once here, as data mode's loop reuses its memory: a fresh
     # output per step is a fresh mapping whose page faults made single steps time 1.5 to 6 times slower

@@ -407,3 +407,71 @@ def test_the_exchange_is_chosen_by_its_predicted_overhead():
     # the task exchange's overhead grows with the pairs (picks beyond two parts), p2p's tasks do not
     few, many = (exchange_overheads(np.ones((10, k, k)) - np.eye(k), 1, k, 2) for k in (4, 8))
     assert many["tasks"] / few["tasks"] > 2
+
+
+# issue 42: the probe sized to its worker's memory limit. Two tiles (256 images) of a 65,536-wide float64 network
+# took 0.6 GB in one task, and a worker of 600 MB was lost to it four times over
+WIDE_LAYER = 65_536 * 32 * (8 + 8) + 65_537 * 8  # a generated 65,536-wide layer as the probe holds it
+
+
+def test_the_probe_samples_as_many_images_as_a_small_workers_memory_holds():
+    from dasknn.engine.sizing import probe_memory
+
+    room = probe_memory(600e6)
+    width = cost.probe_width(65_536, 8, 200, WIDE_LAYER, room)
+    assert cost.PROBE_MIN_IMAGES <= width < 200 and width % 16 == 0
+    assert cost.PROBE_LAYERS * WIDE_LAYER + cost.PROBE_COPIES * 65_536 * 8 * width <= room
+    assert cost.probe_width(65_536, 8, 200, WIDE_LAYER) == 200  # no limit: the whole sample, as before
+    assert cost.probe_width(65_536, 8, 200, WIDE_LAYER, probe_memory(8e9)) == 200
+    # in less than its smallest sample takes, it cannot run at all
+    assert cost.probe_width(65_536, 8, 200, WIDE_LAYER, probe_memory(300e6)) == 0
+    # a batch smaller than the least sample is sampled whole where it fits
+    assert cost.probe_width(1024, 8, 5, 0, 1e6) == 5
+
+
+def test_the_probe_runs_within_the_memory_it_is_given(slice_store):
+    from dasknn import store
+
+    s = store.open_store(slice_store)
+    layer = cost.probe_layer_bytes(s, 8)
+    assert layer >= max(s.layer(k).nnz for k in range(1, s.depth + 1)) * 12
+    memory = cost.PROBE_LAYERS * layer + cost.PROBE_COPIES * 1024 * 8 * 100
+    figures = cost.probe(str(slice_store), str(slice_store), 1000, "float64", memory=memory)
+    assert figures["probe_images"] == 96  # 100 images' room, in whole vectors
+    assert cost.probe(str(slice_store), str(slice_store), 1000, "float64")["probe_images"] == 1000
+    with pytest.raises(MemoryError, match="cannot sample"):
+        cost.probe(str(slice_store), str(slice_store), 1000, "float64", memory=layer)
+
+
+def test_a_probe_that_keeps_losing_its_worker_is_not_run_again(monkeypatch):
+    # auto then runs without the cost model: the probe's losses end at PROBE_LOSSES, not at MAX_RECOVERIES
+    import importlib
+
+    from dasknn.engine.options import InferenceOptions
+    from dasknn.engine.sizing import ProbeUnfit
+    from dasknn.runtime.recovery import Loss
+
+    engine_infer = importlib.import_module("dasknn.engine.infer")  # the module (the package exports the function)
+    measured = []
+    monkeypatch.setattr(engine_infer, "_cluster", lambda client, workers: (workers, 2, 1e9))
+    monkeypatch.setattr(engine_infer, "predict_modes", lambda *a, **k: measured.append(a) or ("cal", []))
+
+    class Recovering:
+        client, phase = None, "setup"
+
+        def __init__(self, losses: int):
+            self.losses = [Loss(("tcp://w",), "probe", 0.1, 2) for _ in range(losses)]
+
+        def enter(self, phase):
+            self.phase = phase
+
+        def run(self, attempt):
+            return attempt(["tcp://a", "tcp://b"])
+
+    options = InferenceOptions()
+    assert engine_infer.PROBE_LOSSES < engine_infer.MAX_RECOVERIES + 1
+    assert engine_infer._probe(Recovering(engine_infer.PROBE_LOSSES - 1), None, "p", "p", 10, 1, options, None) \
+        == ("cal", [])
+    with pytest.raises(ProbeUnfit, match=f"lost a worker {engine_infer.PROBE_LOSSES} times"):
+        engine_infer._probe(Recovering(engine_infer.PROBE_LOSSES), None, "p", "p", 10, 1, options, None)
+    assert len(measured) == 1

@@ -130,6 +130,9 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
         bar.close()
     notes = prepared.notes
     cats, mismatched = result.categories, result.mismatched
+    if result.probe_skipped:
+        # auto without its cost model (the probe did not fit the workers): which mode ran instead, in one line
+        print(f"dasknn: {result.probe_skipped}", file=sys.stderr, flush=True)
     if args.out:
         io.write_categories(args.out, cats)
     report = {
@@ -152,6 +155,7 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
         "multiplied_per_second": None if np.isnan(result.multiplied_per_second) else result.multiplied_per_second,
         # each loss of workers the run survived: who, in which phase, what was kept and redone, the wait
         "recoveries": result.recoveries,
+        **({"probe_skipped": result.probe_skipped} if result.probe_skipped else {}),
         **notes,
     }
     if result.stages:

@@ -23,8 +23,8 @@ from .execute import Job, LayerBytes, Pass, execute
 from .groups import check_mode
 from .inputs import InputSource, StoredRows, stored_source
 from .options import InferenceOptions, options_with
-from .sizing import (WEIGHTS_SHARE, check_memory, chunk_bounds, default_chunks, fits, part_stream_keep,
-                     partition_fits_worker, pipeline_chunks, pipeline_prediction, predict_modes,
+from .sizing import (WEIGHTS_SHARE, ProbeUnfit, check_memory, chunk_bounds, default_chunks, fits,
+                     part_stream_keep, partition_fits_worker, pipeline_chunks, pipeline_prediction, predict_modes,
                      stage_hold_bytes)
 
 
@@ -75,6 +75,9 @@ class InferenceResult:
     calibration: Calibration | None = None
     #: each loss of workers the run survived: who, chunks kept and re-run, seconds waited for workers
     recoveries: list[dict] = field(default_factory=list)
+    #: ``auto`` (or ``explain``) without the cost model, in one line: why its probe could not run and which mode
+    #: ran instead ("" where it ran)
+    probe_skipped: str = ""
     #: pipeline mode: each stage's first and last layer (1-based, inclusive), as the last pass cut them
     stages: list[list[int]] = field(default_factory=list)
     #: with ``keep_activations``: the final activations, a dask.array (images x neurons) chunked like the
@@ -146,6 +149,7 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
     mode, group_size, resident = o.mode, o.group_size, o.resident
     predictions: list = []
     calibration = None
+    skipped = ""
     if mode == AUTO and o.backend == "gpu":
         # data mode on GPUs: the cost model is calibrated with the CPU kernels, and model mode's messages cross
         # device -> host -> network -> host -> device every layer (--explain still shows the CPU predictions)
@@ -153,8 +157,14 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
     if mode == AUTO or o.explain:
         # the probe samples the inputs store, or rows in memory: the scattered batch, a dask.array's first chunk
         sample = source.path if source.path is not None else source.data_for(0)
-        calibration, predictions = _probe(recovery, store, path, sample, count, weight_bytes, o,
-                                          group_size if mode == HYBRID else None, mode == PIPELINE)
+        try:
+            calibration, predictions = _probe(recovery, store, path, sample, count, weight_bytes, o,
+                                              group_size if mode == HYBRID else None, mode == PIPELINE)
+        except ProbeUnfit as why:
+            # without the cost model: auto runs the mode that needs least memory, data mode (no partition, no plan;
+            # streamed where the weights do not fit, chunks as narrow as a worker needs)
+            skipped = f"{why}: {'ran data mode, which needs least memory' if mode == AUTO else 'no predictions'}"
+            mode = DATA if mode == AUTO else mode
         if recovery.losses:  # the run is sized for the workers there are now
             workers, threads, memory = _cluster(client, recovery.workers)
     if mode == AUTO:
@@ -203,6 +213,7 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
     if job.activations_name:
         runs.kept = _detached_activations(client, job, runs)
     result = _result(job, runs, mode, group_size, count, todo, job.done, predictions, calibration)
+    result.probe_skipped = skipped
     if result.exchange_bytes:
         # the boundary traffic, on the dashboard's /dasknn/traffic page
         publish_traffic(client, result)
@@ -314,6 +325,10 @@ def _probe(recovery: Recovery, store, path: str, sample, count: int, weight_byte
     client = recovery.client
 
     def measure(workers: list[str]) -> tuple:
+        lost = sum(loss.phase == "probe" for loss in recovery.losses)
+        if lost >= PROBE_LOSSES:
+            # a probe that keeps losing its worker (out of memory, by the look of it) is not run again
+            raise ProbeUnfit(f"the cost model's probe lost a worker {lost} times")
         _, threads, memory = _cluster(client, workers)
         return predict_modes(client, workers, threads, store, path, sample, count, o.dtype, memory, weight_bytes,
                              o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size, o.exchange,
@@ -473,6 +488,8 @@ def _kept_array(job: Job, runs: _Runs):
 
 #: Times an inference re-runs its unfinished chunks after losing workers before it gives up.
 MAX_RECOVERIES = 3
+#: Losses of workers in the probe phase after which ``auto`` runs without the cost model.
+PROBE_LOSSES = 2
 
 
 #: What the line that gives up after MAX_RECOVERIES losses tells the user to check.

@@ -167,12 +167,42 @@ def _size(a: np.ndarray) -> int:
     return int(a.nbytes)
 
 
-def _calibrate(client, workers: list[str], threads: int, path: str, in_path: str, images: int, dtype: str) -> dict:
-    """Rates measured on the cluster: the probe on one worker, task cost, worker-to-worker transfer rate."""
+class ProbeUnfit(Exception):
+    """The cost model's probe cannot run on these workers (``auto`` runs the mode that needs least memory)."""
+
+
+def probe_memory(limit: float) -> float:
+    """Bytes the probe may take of a worker of memory limit ``limit``: what is left below Dask's pause threshold
+    (:data:`MEMORY_SHARE`) beside what the worker takes to run (:data:`WORKER_BASE`)."""
+    return MEMORY_SHARE * limit - WORKER_BASE
+
+
+def probe_room(client, worker: str, store, images: int, dtype: str) -> float:
+    """The bytes the probe may take on ``worker`` (its memory limit, asked of the scheduler); :class:`ProbeUnfit`
+    where that is too little for its smallest sample (:func:`~dasknn.cost.probe_width`)."""
+    from ..cost import PROBE_MIN_IMAGES, probe_layer_bytes, probe_width
+    from ..runtime.recovery import memory_of
+
+    limit = memory_of(client, [worker])[worker]
+    room = probe_memory(limit)
+    itemsize = np.dtype(dtype).itemsize
+    if probe_width(store.neurons, itemsize, images, probe_layer_bytes(store, itemsize), room) == 0:
+        mb = 1 << 20
+        raise ProbeUnfit(f"the cost model's probe cannot sample {min(images, PROBE_MIN_IMAGES)} images of the "
+                         f"{store.neurons:,}-wide network within a worker's memory limit ({limit / mb:,.0f} MiB)")
+    return room
+
+
+def _calibrate(client, workers: list[str], threads: int, store, path: str, in_path: str, images: int,
+               dtype: str) -> dict:
+    """Rates measured on the cluster: the probe on one worker (its sample sized to that worker's memory limit),
+    task cost, worker-to-worker transfer rate."""
     from distributed import wait
 
-    figures = gather_watched(client, [client.submit(_probe_task, path, in_path, images, dtype, workers=[workers[0]],
-                                                    allow_other_workers=False, pure=False)], workers[:1])[0]
+    room = probe_room(client, workers[0], store, images, dtype)
+    figures = gather_watched(client, [client.submit(_probe_task, path, in_path, images, dtype, room,
+                                                    workers=[workers[0]], allow_other_workers=False, pure=False)],
+                             workers[:1])[0]
     # many small tasks in one graph, as the engine submits them: the cost of a task, per thread
     n = 100 * len(workers)
     t0 = time.perf_counter()
@@ -210,10 +240,14 @@ def _kernel_rate(client, workers: list[str], path: str, dtype: str, k: int, owne
     return float(np.mean(gather_watched(client, futures, workers)))
 
 
-def _probe_task(path: str, in_path: str, images: int, dtype: str) -> dict:
+def _probe_task(path: str, in_path: str, images: int, dtype: str, memory: float | None = None) -> dict:
+    # the first task of a run on a worker: a cold Numba cache is filled by a child process first (the memory
+    # compiling holds stays there), for this worker and for the others that share its cache
     from ..cost import probe
+    from .warm import compiled_apart, every_kernel
 
-    return probe(path, in_path, images, dtype)
+    compiled_apart(every_kernel((dtype,), "cpu"))
+    return probe(path, in_path, images, dtype, memory)
 
 
 def predict_modes(client, workers: list[str], threads: int, store, path: str, in_path: str, images: int, dtype: str,
@@ -237,7 +271,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     """
     from ..cost import Calibration, predict
 
-    cal = Calibration(**_calibrate(client, workers, threads, path, in_path, images, dtype))
+    cal = Calibration(**_calibrate(client, workers, threads, store, path, in_path, images, dtype))
     nnz = store.layer_entries()
     itemsize = np.dtype(dtype).itemsize
     middle = max(1, store.depth // 2)

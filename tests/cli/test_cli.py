@@ -27,6 +27,27 @@ def run(argv, capsys):
 
 
 @pytest.mark.cluster
+def test_auto_runs_data_mode_in_one_line_when_the_probe_cannot_fit_a_worker(slice_store, client, capsys,
+                                                                           monkeypatch):
+    # issue 42: a probe too big for its worker cost four lost workers and the run. Now it is not started: auto
+    # runs data mode (no partition, no plan), saying why in one line and in the JSON
+    from dasknn import cost
+
+    monkeypatch.setattr(cost, "PROBE_COPIES", 1 << 40)  # not even PROBE_MIN_IMAGES images fit a worker
+    code, out, err = run(["infer", "--network", str(slice_store), "--batch", "200", "--scheduler",
+                          client.scheduler.address, "--json"], capsys)
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["matches_truth"] is True and report["mode"] == "data" and report["recoveries"] == []
+    assert "predictions" not in report
+    line = "dasknn: the cost model's probe cannot sample 16 images of the 1,024-wide network within a worker's " \
+           "memory limit"
+    assert [x for x in err.splitlines() if x.startswith("dasknn: the cost model")] == [
+        f"dasknn: {report['probe_skipped']}"]
+    assert err.count(line) == 1 and report["probe_skipped"].endswith("ran data mode, which needs least memory")
+
+
+@pytest.mark.cluster
 def test_infer_real_slice_from_tsv_float64(slice_paths, capsys, tmp_path):
     code, out, err = run(["infer", "--network", str(slice_paths["network"]), "--inputs", str(slice_paths["images"]),
                           "--truth", str(slice_paths["truth"]), "--dtype", "float64", "--workers", "2", "--json",

@@ -251,3 +251,36 @@ def _count(call) -> int:
         for kind in KINDS:
             event.unregister(kind, rec)
     return rec.locked + len(rec.compiled)
+
+
+COMPILED_APART = """
+import json
+from dasknn.engine.warm import compiled_apart
+from dasknn.kernels.warm import WarmSpec, cache_locations, warm_kernels
+
+specs = (WarmSpec(dtype="float32", steps=True),)
+first = compiled_apart(specs)
+warm_kernels(specs[0])
+again = compiled_apart(specs)
+print(json.dumps({"first": first, "again": again,
+                  "compiled": sum(c.compiled for c in cache_locations()),
+                  "loaded": sum(c.loaded for c in cache_locations())}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_cold_cache_is_filled_by_a_child_process_and_this_one_loads(tmp_path):
+    # issue 42: a worker that compiled the kernels itself held about 100 MB more for good, and a worker of 600 MB
+    # was paused with nothing to run; a child compiles them into the empty cache, the process loads them
+    import os
+    import subprocess
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", COMPILED_APART], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout)
+    assert got["first"] is True and got["again"] is False  # once: the cache is no longer empty
+    assert got["compiled"] == 0 and got["loaded"] > 0
+    assert any((tmp_path / "cache").rglob("*.nbi"))
