@@ -82,7 +82,8 @@ def infer(
         The engine's tuning options, by keyword (:class:`~dasknn.engine.options.InferenceOptions`):
         ``partition``, ``group_size``, ``chunks`` (fixed by a dask.array's row chunks), ``segment``,
         ``sync_every``, ``backend``, ``resident``, ``keep_layers``, ``results``, ``resume``, ``progress``,
-        ``messages``, ``explain``, ``activations``, ``plan_store``, ``overlap``, ``exchange``.
+        ``messages``, ``explain``, ``activations``, ``plan_store``, ``overlap``, ``exchange``, ``compress`` (images
+        that converge computed once; on by default, exact).
 
     Returns
     -------

@@ -228,8 +228,9 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
                    help="model mode, CPU: each part computes and sends the outputs others read first, the rest while "
                         "they travel (two tasks per part and layer; default: one, in lockstep)")
     f.add_argument("--compress", choices=("on", "off"), default="on",
-                   help="data and pipeline modes: images whose activations become equal are computed once (on, "
-                        "default; exact), or every alive image is computed (off, for comparison)")
+                   help="images whose activations become equal are computed once (on, default; exact; model and "
+                        "hybrid modes fold them at the sync layers), or every alive image is computed (off, for "
+                        "comparison)")
     f.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="arithmetic (default float64, in which the published truth is exact; float32 is faster and "
                         "may flip an image that sits on the threshold)")

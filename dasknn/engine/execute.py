@@ -73,7 +73,7 @@ class Job:
     overlap: bool = False
     #: model and hybrid modes: the transport of the boundary messages (:mod:`dasknn.runtime.exchange`)
     exchange: str = "tasks"
-    #: data and pipeline modes: images whose activations become equal computed once (:mod:`dasknn.kernels.folds`)
+    #: images whose activations become equal computed once, in every mode (:mod:`dasknn.kernels.folds`)
     compress: bool = True
     #: the chunks a resumed run read back from its results store (not run again)
     done: set[int] = field(default_factory=set)
@@ -350,7 +350,7 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
             key = model_chunk(graph, c, a, b - a, layout.members(i), outline, layout.part_of,
                               [loaded[image_keys[(c, q)]] for q in range(len(layout.members(i)))], store.depth,
                               job.sync_every, store.bias, store.ymax, res, job.compact, bool(job.activations_name),
-                              job.overlap, exchange, segment)
+                              job.overlap, exchange, segment, job.compress)
         if job.activations_name:
             key, kept_keys[c] = _split_kept(graph, w, (job.activations_name, c, 0), key)
         result_keys[key] = c

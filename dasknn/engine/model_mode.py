@@ -12,7 +12,7 @@ from .tasks import ResultSpec, StepSpec, categories, first_messages, step, step_
 def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: list[str], plan: Outline,
                 part_of: dict[str, object], images: list, depth: int, sync_every: int, bias: float, ymax: float,
                 results: ResultSpec | None, compact: bool, keep_activations: bool = False, overlap: bool = False,
-                exchange: Exchange | None = None, segment: int = 1) -> str:
+                exchange: Exchange | None = None, segment: int = 1, compress: bool = False) -> str:
     """Chunk ``c``'s tasks (images ``start`` to ``start + count``) on the parts ``members``; the key of its
     ``categories-c{c}`` task (whose result holds, with ``keep_activations``, the chunk's final activations).
 
@@ -22,7 +22,9 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
     (``spmm-l{a}-{b}-p{q}-c{c}``) with a transport that delivers them itself, whose tasks exchange as they go.
     With ``overlap`` each layer but the last computes the outputs other parts read next first and sends them, then
     the others while the messages travel (``spmm-rest-l{k}`` tasks where a layer is a task), so no part waits for
-    another's whole layer. Their alive masks then reach the others two layers on (``sync_layers``)."""
+    another's whole layer. Their alive masks then reach the others two layers on (``sync_layers``). With
+    ``compress`` the masks carry each part's classes of equal columns, and the images equal on every part fold at
+    the compactions (:class:`~dasknn.kernels.folds.SyncMarks`): the messages after carry one column of each."""
     # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures).
     parts = len(members)
     exchange = exchange or exchange_for("tasks", members)
@@ -60,7 +62,7 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
             spec = StepSpec(k=k, run=graph.run, chunk=c, part=p, bias=bias, ymax=ymax,
                             senders=tuple(s for s, _ in inbox[p]), recipients=recipients, sync=sync, final=final,
                             with_block=with_block, compact=compact, split=split,
-                            mask_senders=tuple(s for s, _ in masked), exchange=exchange)
+                            mask_senders=tuple(s for s, _ in masked), exchange=exchange, compress=compress)
             after = None if previous[p] is None else ref(previous[p])
             if segment == 1:
                 key = previous[p] = graph.add(members[p], f"spmm-l{k}-p{p}-c{c}", (

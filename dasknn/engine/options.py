@@ -91,10 +91,11 @@ class InferenceOptions:
         streamed 65,536-wide network it ran slower, its layer reads no longer hidden in the parts' waits
         (BENCHMARKS.md).
     compress
-        Data and pipeline modes: images whose activations become equal are computed once, one column for each
-        distinct vector, the others folded into it and expanded at the chunk's end (:mod:`dasknn.kernels.folds`;
-        exact: two images equal after a layer stay equal). On by default; False computes every alive image, for
-        comparison. Model and hybrid modes do not fold yet.
+        Images whose activations become equal are computed once, one column for each distinct vector, the others
+        folded into it and expanded at the chunk's end (:mod:`dasknn.kernels.folds`; exact: two images equal after
+        a layer stay equal). Data and pipeline modes look inside the layer loop; model and hybrid modes at the
+        sync layers, where the parts fold the images equal on every part (their messages then carry one column of
+        each). On by default; False computes every alive image, for comparison.
     exchange
         Model and hybrid modes: how the parts' boundary messages travel (a transport of
         :mod:`dasknn.runtime.exchange`): ``"tasks"``, each message a task result that Dask moves (a task per part

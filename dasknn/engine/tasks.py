@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import kernels
-from ..kernels.folds import Folds
+from ..kernels.folds import Folds, SyncMarks, column_classes, kept_columns
 from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
 from ..runtime.exchange import Exchange
 from ..runtime.exchange.tasks import pick  # noqa: F401 - its old home (the task exchange's picks)
@@ -86,7 +86,8 @@ class StepSpec:
     ``senders`` are the parts whose messages for layer ``k`` it receives, in order, through ``exchange``;
     ``mask_senders`` those whose alive masks alone it receives (overlapped steps get the masks of a sync layer two
     layers on, from the other parts' :func:`step_rest`); ``recipients`` the parts it sends to for layer ``k + 1``;
-    ``sync`` says whether the parts exchange alive masks after it; ``final`` whether it is the last layer, when it
+    ``sync`` says whether the parts exchange alive masks after it (with ``compress``, each column's class of equal
+    columns beside them, so that the images equal on every part fold); ``final`` whether it is the last layer, when it
     returns its block too if ``with_block``; ``compact`` picks the messages' form. With ``split`` the step computes
     only the outputs the recipients wait for and sends them; :func:`step_rest` computes the others after.
     """
@@ -106,6 +107,9 @@ class StepSpec:
     exchange: Exchange
     split: bool = False
     mask_senders: tuple[int, ...] = ()
+    #: fold images equal on every part at the sync layers (each part's mask then carries its columns' classes,
+    #: :class:`~dasknn.kernels.folds.SyncMarks`)
+    compress: bool = False
 
 
 def load_all_layers(path: str, dtype: str, backend: str) -> list[Block]:
@@ -223,20 +227,13 @@ def segment_state(state, part: int):
     return state[part]
 
 
-def _dropped(masks: list[np.ndarray] | None) -> np.ndarray | None:
-    # the images that survive when some died since the last compaction; None when none did (nothing to copy)
+def _dropped(masks: list | None) -> np.ndarray | None:
+    # the columns kept when some images died (or folded) since the last compaction; None when none did (nothing
+    # to copy)
     if not masks:
         return None
-    survivors = _union(masks)
+    survivors = kept_columns(masks)[0]
     return None if survivors.all() else survivors
-
-
-def _union(masks: list[np.ndarray]) -> np.ndarray:
-    # the images alive in any of the parts' masks
-    union = masks[0].copy()
-    for m in masks[1:]:
-        union |= m
-    return union
 
 
 def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, images, after, inbox: list,
@@ -312,7 +309,8 @@ def _stepped(run: InferenceRun, part, spec: StepSpec, block, masks: list, send: 
     # after a layer: the mask of a sync layer, the block held for the next step (or returned by the last), and
     # the messages for the next layer (send), or (an overlapped step's second half) the mask alone
     if spec.sync:
-        masks = masks + [kernels.alive(block)]
+        alive = kernels.alive(block)
+        masks = masks + [SyncMarks(alive, column_classes(block)) if spec.compress else alive]
     if spec.final:
         return masks, block if spec.with_block else None
     run.hold(spec.chunk, spec.part, PartState(spec.k, block, masks))
@@ -389,11 +387,18 @@ def categories(start: int, count: int, results: ResultSpec | None, finals: tuple
     # activations (dense rows) come back too
     ids = np.arange(start, start + count)
     alive = []
+    folds = Folds()
     rounds = list(zip(*(masks for masks, _ in outs)))
     for masks in rounds:
-        ids = ids[_union(list(masks))]
+        keep, folded, into = kept_columns(list(masks))
+        folds = folds.folded(ids[folded], ids[into])
+        ids = ids[keep]
         alive.append(int(ids.size))
     yt = _final_block(finals, rounds[-1], [block for _, block in outs]) if finals is not None else None
+    if folds.merged.size:  # every image of the chunk back, those folded reading their representative's column
+        images, columns = folds.expand(ids)
+        yt = None if yt is None else yt[:, columns]
+        ids = images
     if results is not None:
         write_chunk_result(results.path, results.chunk, ids, _rows_of(yt) if results.activations else None)
     return ChunkResult(ids, tuple(alive), dense_rows(yt, ids, start, count) if keep_activations else None)
@@ -402,7 +407,7 @@ def categories(start: int, count: int, results: ResultSpec | None, finals: tuple
 def _final_block(finals: tuple, masks: tuple, blocks: list) -> np.ndarray:
     # finals: (neurons, each part's output neurons); the last round's masks say which of the blocks' images survive
     neurons, outputs = finals
-    survivors = _union(list(masks))
+    survivors = kept_columns(list(masks))[0]
     yt = np.zeros((neurons, int(survivors.sum())), dtype=kernels.to_host(blocks[0]).dtype)
     for out, block in zip(outputs, blocks):
         yt[out] = kernels.to_host(block)[:, survivors]

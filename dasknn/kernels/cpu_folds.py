@@ -56,7 +56,7 @@ def fold_tile(buf, rows, t, hashes, ids, weights, keep, fold_merged, fold_into, 
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
-def _equal_columns(out, members, heads):  # pragma: no cover - compiled
+def equal_columns(out, members, heads):  # pragma: no cover - compiled
     # which candidate members (columns whose hash equals an earlier one's, folds.equal_to_earlier) equal their head
     # in every row of out; a row at a time, so the candidates' reads stay in one row
     n = members.size
@@ -83,7 +83,7 @@ def fold_group(out: np.ndarray, survivors: int, hashes: np.ndarray, ids: np.ndar
     ``out``), their images and weights, and ``folds`` with the folded images."""
     members, heads = equal_to_earlier(hashes[:survivors])
     if members.size:
-        equal = _equal_columns(out, members, heads)
+        equal = equal_columns(out, members, heads)
         members, heads = members[equal], heads[equal]
     if not members.size:
         return out[:, :survivors], ids, weights, folds

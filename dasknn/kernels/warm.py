@@ -26,7 +26,7 @@ from numba.core.dispatcher import Dispatcher
 from . import cpu, cpu_folds, grad, messages
 from .arrays import activations_of_rows
 from .dispatch import keep_columns, layer_step, run_layers
-from .folds import Folds
+from .folds import Folds, column_classes
 from .grad import back_input, weight_grad
 from .messages import pack_rows, unpack_rows
 
@@ -160,6 +160,8 @@ def _warm_step(dtype: np.dtype, images: sp.csr_matrix, compact: bool, overlap: b
     # into a space of the part's (the CPU), or a new array (a device)
     out = layer_step(block, indptr, indices, data, 0.0, 1.0, extra=recv,
                      **({"out": np.empty((own, block.shape[1]), dtype=dtype)} if xp is np else {}))
+    # a sync layer's classes of equal columns (compress): every column twice, so that some are compared
+    column_classes(xp.ascontiguousarray(xp.concatenate([out, out], axis=1)))
     if overlap:
         # engine.tasks.step with split and step_rest: the outputs others read first, the rest after
         first = np.unique(np.concatenate([sent, sent[:1]]))

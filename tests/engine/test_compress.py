@@ -80,3 +80,33 @@ def test_compress_must_be_a_bool(client, slice_store):
 
     with pytest.raises(DasknnError, match="compress must be True or False"):
         engine.infer(slice_store, client=client, compress="yes")
+
+
+@pytest.mark.parametrize("options", [
+    {"mode": "model", "partition": "block", "exchange": "tasks"},
+    {"mode": "model", "partition": "hypergraph", "exchange": "p2p"},
+    {"mode": "model", "partition": "block", "exchange": "tasks", "overlap": True},
+], ids=["model-tasks", "model-p2p", "model-overlap"])
+def test_model_mode_folds_images_equal_on_every_part(client, converging_store, options):
+    # the parts agree on the columns to fold from each other's classes at the sync layers: the categories of every
+    # image, the final activations bit for bit, and fewer bytes across
+    kept = {}
+    for compress in (True, False):
+        r = engine.infer(converging_store, client=client, dtype="float64", compress=compress, keep_activations=True,
+                         **options)
+        kept[compress] = (r, r.activations.compute(scheduler=client))
+    truth = store.open_store(converging_store).inputs.truth("float64")
+    (on, on_rows), (off, off_rows) = kept[True], kept[False]
+    np.testing.assert_array_equal(on.categories, truth)
+    np.testing.assert_array_equal(off.categories, truth)
+    np.testing.assert_array_equal(on_rows, off_rows)
+    assert 0 < on.bytes_sent < off.bytes_sent * 0.75
+
+
+def test_hybrid_mode_folds_in_each_group(client4, converging_store):
+    on, off = (engine.infer(converging_store, client=client4, mode="hybrid", group_size=2, partition="block",
+                            dtype="float64", compress=c) for c in (True, False))
+    truth = store.open_store(converging_store).inputs.truth("float64")
+    np.testing.assert_array_equal(on.categories, truth)
+    np.testing.assert_array_equal(off.categories, truth)
+    assert on.bytes_sent < off.bytes_sent
