@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import kernels
+from .kernels.folds import column_classes
 from .kernels.warm import WarmSpec, warm_kernels
 from .modes import mode_of
 from .plan import local_block, plan_layer, received_rows
@@ -81,6 +82,9 @@ class Calibration:
     #: per group size (1: data mode): the kernel's rate on the blocks that mode runs, with every worker running
     #: at once (:func:`kernel_rate`); ``kernel_rate`` where a size was not measured
     kernel_rates: dict[int, float] = field(default_factory=dict)
+    #: per layer: fraction of the batch's images computed when the layer runs where equal images fold (the distinct
+    #: vectors among the alive, :mod:`dasknn.kernels.folds`); empty: every alive image (``compress=False``)
+    distinct: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -190,7 +194,7 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
     # the steps write into two buffers in turn, touched once here, as data mode's loop reuses its memory: a fresh
     # output per step is a fresh mapping whose page faults made single steps time 1.5 to 6 times slower
     buffers = [np.zeros(yt.shape[0] * width, dtype=yt.dtype) for _ in range(2)]
-    alive, factor = [], []
+    alive, distinct, factor = [], [], []
     macs = 0.0
     kernel_s = read_s = message_s = 0.0
     entries = 0
@@ -204,6 +208,9 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
         read_bytes += indptr.nbytes + indices.nbytes + data.nbytes
         keep = kernels.alive(yt) if k > 1 else np.ones(yt.shape[1], dtype=bool)
         alive.append(float(keep.sum()) / width)
+        # the collapse: how many distinct vectors the alive images hold (the columns a folding run computes)
+        classes = column_classes(yt)
+        distinct.append(float(np.count_nonzero(keep & (classes == np.arange(classes.size)))) / width)
         # dropped in place as model mode drops them: its blocks stay C-ordered (yt[:, keep] is not), so the messages
         # packed below are of the run's layout (and of the signature the warm-up compiled)
         yt = kernels.keep_columns(yt, keep) if not keep.all() else yt
@@ -226,7 +233,8 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
             break
     stream.close()
     return {"kernel_rate": macs / max(kernel_s, 1e-9), "message_rate": entries / max(message_s, 1e-9),
-            "read_rate": read_bytes / max(read_s, 1e-9), "alive": alive, "message_factor": factor,
+            "read_rate": read_bytes / max(read_s, 1e-9), "alive": alive, "distinct": distinct,
+            "message_factor": factor,
             "probe_layers": len(alive), "probe_images": width}
 
 
@@ -417,7 +425,7 @@ def predict(
         :data:`~dasknn.runtime.exchange.choice.P2P_MESSAGE_SECONDS` each).
     """
     depth = layer_nnz.size
-    alive = _per_layer(cal.alive, depth)
+    alive = computed_per_layer(cal, depth)  # (where images fold, only the distinct ones are computed and sent)
     factor = _per_layer(cal.message_factor, depth)
     g = group_size
     share = weight_bytes / g
@@ -471,6 +479,12 @@ def alive_per_layer(cal: Calibration, depth: int) -> np.ndarray:
     return _per_layer(cal.alive, depth)
 
 
+def computed_per_layer(cal: Calibration, depth: int) -> np.ndarray:
+    """The share of the batch's images each of ``depth`` layers computes: the distinct vectors among the alive
+    where equal images fold (the probe's count of them), else every alive image."""
+    return _per_layer(cal.distinct or cal.alive, depth)
+
+
 def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, weight_bytes: float, memory: float,
                      workers: int, threads: int, chunks: int, stages: int, neurons: int, itemsize: int,
                      weights_share: float, resident: bool | None = None,
@@ -486,7 +500,7 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     the next worker. A worker must hold its stage's weights: the largest stage's share of ``weight_bytes``.
     """
     depth = layer_nnz.size
-    alive = _per_layer(cal.alive, depth)
+    alive = computed_per_layer(cal, depth)  # (where images fold, only the distinct ones are computed and cross)
     nnz = np.asarray(layer_nnz, dtype=float)
     pipelines = max(1, workers // stages)
     names = [str(i) for i in range(pipelines * stages)]

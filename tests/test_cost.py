@@ -475,3 +475,14 @@ def test_a_probe_that_keeps_losing_its_worker_is_not_run_again(monkeypatch):
     with pytest.raises(ProbeUnfit, match=f"lost a worker {engine_infer.PROBE_LOSSES} times"):
         engine_infer._probe(Recovering(engine_infer.PROBE_LOSSES), None, "p", "p", 10, 1, options, None)
     assert len(measured) == 1
+
+
+def test_folding_runs_are_predicted_on_the_distinct_vectors():
+    # images that converge computed once: a layer's work (and model mode's messages) counts the distinct vectors
+    # the probe found among the alive images; a calibration without them (compress off) counts every alive image
+    every, folded = _cal(), _cal(distinct=[1.0, 0.05])
+    for g in (1, 2):
+        assert _predict(folded, g).compute < _predict(every, g).compute * 0.6
+    assert _predict(folded, 2).exchange < _predict(every, 2).exchange
+    assert cost.computed_per_layer(folded, 3).tolist() == [1.0, 0.05, 0.05]
+    assert cost.computed_per_layer(every, 3).tolist() == [1.0, 0.5, 0.5]

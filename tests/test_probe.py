@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from dasknn import cost
 
-SAMPLED = ("alive", "message_factor", "probe_layers", "probe_images")
+SAMPLED = ("alive", "distinct", "message_factor", "probe_layers", "probe_images")
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +56,24 @@ def test_probe_of_a_small_first_chunk_samples_its_rows(slice_store, slice_images
     # the same as the store's first 40 images
     narrow = cost.probe(str(slice_store), str(slice_store), 40, "float64")
     assert {k: got[k] for k in SAMPLED} == {k: narrow[k] for k in SAMPLED}
+
+
+def test_the_probe_counts_the_distinct_vectors_among_the_alive_images(stored, slice_store):
+    # the real slice's images converge by its last layers: fewer distinct vectors than alive images there, never
+    # more anywhere; the count is exact (a loop over the sample's columns agrees)
+    import numpy as np
+
+    from dasknn import kernels, store
+
+    alive, distinct = np.array(stored["alive"]), np.array(stored["distinct"])
+    assert alive.size == distinct.size == stored["probe_layers"]
+    assert (distinct <= alive).all() and distinct[-1] < alive[-1] * 0.75
+    s = store.open_store(slice_store)
+    width = stored["probe_images"]
+    yt = np.ascontiguousarray(s.inputs.rows(0, width).toarray().T)
+    for k, w in enumerate(s.iter_layers(), start=1):
+        if k == stored["probe_layers"]:
+            live = yt[:, yt.any(axis=0)]
+            assert np.unique(live.T, axis=0).shape[0] == round(distinct[-1] * width)
+            break
+        yt = kernels.layer_step(yt, w.indptr, w.indices, w.data, s.bias, s.ymax)

@@ -174,6 +174,11 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
         report.setdefault("per_layer", {}).update(alive=result.layer_alive, distinct=result.layer_columns)
     if args.explain and not args.json:
         print(explain_table(result.predictions, result.mode, result.group_size, result.seconds), flush=True)
+        if result.calibration is not None and result.calibration.distinct:
+            cal = result.calibration
+            print(f"probe: its {cal.probe_images} images held {sum(cal.distinct) / max(sum(cal.alive), 1e-12):.1%} "
+                  f"as many distinct vectors as alive images over the {cal.probe_layers} layers it ran (folded, "
+                  f"the rest computed once; the predictions count the distinct ones)", flush=True)
     verdict = "no truth to compare" if mismatched is None else (
         "matches the truth" if mismatched == 0 else f"differs from the truth on {mismatched} images")
     emit(args, report,

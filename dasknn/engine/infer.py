@@ -223,10 +223,10 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
 def _stage_work(store, calibration) -> np.ndarray:
     # pipeline mode: each layer's work, its entries x the share of images the probe saw alive when it runs (its
     # entries alone where nothing was probed)
-    from ..cost import alive_per_layer
+    from ..cost import computed_per_layer
 
     nnz = store.layer_entries().astype(float)
-    return nnz if calibration is None else nnz * alive_per_layer(calibration, store.depth)
+    return nnz if calibration is None else nnz * computed_per_layer(calibration, store.depth)
 
 
 def _shares(store, stage_work: np.ndarray | None, resident: bool, per_byte: float | None, g: int,
@@ -332,7 +332,7 @@ def _probe(recovery: Recovery, store, path: str, sample, count: int, weight_byte
         _, threads, memory = _cluster(client, workers)
         return predict_modes(client, workers, threads, store, path, sample, count, o.dtype, memory, weight_bytes,
                              o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size, o.exchange,
-                             pipeline, o.group_size if pipeline else None)
+                             pipeline, o.group_size if pipeline else None, o.compress)
 
     recovery.enter("probe")
     return recovery.run(measure)

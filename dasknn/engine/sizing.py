@@ -253,7 +253,7 @@ def _probe_task(path: str, in_path: str, images: int, dtype: str, memory: float 
 def predict_modes(client, workers: list[str], threads: int, store, path: str, in_path: str, images: int, dtype: str,
                   memory: float, weight_bytes: int, partition, chunks: int | None, sync_every: int,
                   resident: bool | None, everything: bool, group_size: int | None, exchange: str = "auto",
-                  pipeline: bool = False, stages: int | None = None):
+                  pipeline: bool = False, stages: int | None = None, compress: bool = True):
     """The cost model's predictions for data mode, every model/hybrid grouping the workers allow, and pipeline mode
     (``stages`` workers a pipeline: by default one pipeline over all of them) where it is the mode asked for
     (``pipeline``) or data mode cannot hold the weights: ``auto`` weighs it only against model and hybrid modes,
@@ -267,11 +267,14 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     to the mode's predicted time. Where that setup and data mode's own multiply-adds (which model mode does too)
     already cost more than data mode, nothing is estimated. Model and hybrid modes are predicted with the transport
     ``exchange`` names, or for ``"auto"`` with the cheaper of the two (as
-    :func:`~dasknn.runtime.exchange.choice.choose_exchange` decides).
+    :func:`~dasknn.runtime.exchange.choice.choose_exchange` decides). With ``compress`` every mode computes only the
+    distinct vectors among the alive images (the probe counts them); without, every alive image.
     """
     from ..cost import Calibration, predict
 
     cal = Calibration(**_calibrate(client, workers, threads, store, path, in_path, images, dtype))
+    if not compress:
+        cal.distinct = []  # (the calibration then says what the predictions used)
     nnz = store.layer_entries()
     itemsize = np.dtype(dtype).itemsize
     middle = max(1, store.depth // 2)

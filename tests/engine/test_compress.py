@@ -110,3 +110,17 @@ def test_hybrid_mode_folds_in_each_group(client4, converging_store):
     np.testing.assert_array_equal(on.categories, truth)
     np.testing.assert_array_equal(off.categories, truth)
     assert on.bytes_sent < off.bytes_sent
+
+
+def test_the_cost_model_counts_the_collapse_where_images_fold(client, converging_store):
+    on, off = (engine.infer(converging_store, client=client, mode="data", explain=True, compress=c)
+               for c in (True, False))
+    assert on.calibration.distinct and off.calibration.distinct == []
+    assert sum(on.calibration.distinct) < sum(on.calibration.alive)
+    # the work the predictions count: the distinct vectors with compression, every alive image without
+    from dasknn import cost
+
+    depth = store.open_store(converging_store).depth
+    assert cost.computed_per_layer(on.calibration, depth).sum() < cost.alive_per_layer(on.calibration, depth).sum()
+    np.testing.assert_array_equal(cost.computed_per_layer(off.calibration, depth),
+                                  cost.alive_per_layer(off.calibration, depth))
