@@ -20,6 +20,8 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     root = str(NOTEBOOK.parents[1])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    # its working folder under this test's (the notebook removes it at its end; one that fails midway leaves it here)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbclient.NotebookClient(nb, timeout=180, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -41,3 +43,4 @@ def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     assert "'steps': 6" in everything  # the training cell ran its 6 steps
     pictures = sum("image/png" in o.get("data", {}) for c in code for o in c.get("outputs", []))
     assert pictures == 3, "volume per layer; time per layer and surviving images; training loss"
+    assert not list(tmp_path.glob("dasknn-notebook-*")), "the notebook's last cell removes its working folder"
