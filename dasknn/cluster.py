@@ -155,6 +155,9 @@ def local_client(
                     raise DasknnError(f"--tls needs a tls:// scheduler address, not {scheduler}")
                 if "://" not in scheduler:
                     scheduler = "tls://" + scheduler
+            refused = _refused(scheduler)
+            if refused:
+                raise DasknnError(f"cannot reach the Dask scheduler at {scheduler} ({refused})")
             try:
                 client = Client(scheduler, timeout="20s", security=security)
             except (OSError, TimeoutError) as e:
@@ -178,6 +181,32 @@ def local_client(
             **secure,
         )
         yield from _run_then_close(cluster, security)
+
+
+def _refused(address: str) -> str | None:
+    """Why a TCP connection to the scheduler at ``address`` is refused at once ("connection refused"), or None
+    (it was accepted, or the address is not TCP, or the answer is slow: the client's own timeout then decides).
+    A distributed client retries a refused port for its whole timeout, 25 s, where the refusal is known at once."""
+    import socket
+
+    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        if scheme not in ("tcp", "tls"):
+            return None
+        host, port = parse_host_port(location)
+        with socket.create_connection((host, port), timeout=REFUSAL_SECONDS):
+            return None
+    except ConnectionRefusedError:
+        return "connection refused"
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+#: Seconds to wait for a scheduler's port to answer before the client's own, longer, timeout takes over.
+REFUSAL_SECONDS = 3.0
 
 
 #: How long closing waits for a heartbeat already sent to be answered (a scheduler answers in milliseconds).

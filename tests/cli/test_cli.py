@@ -116,6 +116,21 @@ def test_infer_compress_on_and_off(slice_store, capsys):
     assert code == 2 and "--compress" in err
 
 
+def test_a_refused_scheduler_port_fails_at_once_naming_the_address(slice_store, capsys):
+    # issue 42, item 7: a closed port took 24.7 s to fail (the client retries it for its whole timeout)
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nothing listens on once this closes
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.perf_counter()
+    code, out, err = run(["infer", "--network", str(slice_store), "--scheduler", f"tcp://127.0.0.1:{port}"], capsys)
+    assert time.perf_counter() - t0 < 3.0
+    assert code != 0 and out == ""
+    assert err == f"dasknn: error: cannot reach the Dask scheduler at tcp://127.0.0.1:{port} (connection refused)\n"
+
+
 @pytest.mark.cluster
 def test_infer_human_output(slice_store, capsys):
     code, out, _ = run(["infer", "--network", str(slice_store), "--dtype", "float64", "--workers", "1"], capsys)
