@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import kernels
-from .kernels.folds import column_classes
+from .kernels.marks import column_classes
 from .kernels.warm import WarmSpec, warm_kernels
 from .modes import mode_of
 from .plan import local_block, plan_layer, received_rows

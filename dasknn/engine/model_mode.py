@@ -24,7 +24,7 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
     the others while the messages travel (``spmm-rest-l{k}`` tasks where a layer is a task), so no part waits for
     another's whole layer. Their alive masks then reach the others two layers on (``sync_layers``). With
     ``compress`` the masks carry each part's classes of equal columns, and the images equal on every part fold at
-    the compactions (:class:`~dasknn.kernels.folds.SyncMarks`): the messages after carry one column of each."""
+    the compactions (:class:`~dasknn.kernels.marks.SyncMarks`): the messages after carry one column of each."""
     # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures).
     parts = len(members)
     exchange = exchange or exchange_for("tasks", members)

@@ -10,7 +10,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import kernels
-from ..kernels.folds import Folds, SyncMarks, column_classes, kept_columns
+from ..kernels.folds import Folds
+from ..kernels.marks import SyncMarks, column_classes, kept_columns
 from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
 from ..runtime.exchange import Exchange
 from ..runtime.exchange.tasks import pick  # noqa: F401 - its old home (the task exchange's picks)
@@ -108,7 +109,7 @@ class StepSpec:
     split: bool = False
     mask_senders: tuple[int, ...] = ()
     #: fold images equal on every part at the sync layers (each part's mask then carries its columns' classes,
-    #: :class:`~dasknn.kernels.folds.SyncMarks`)
+    #: :class:`~dasknn.kernels.marks.SyncMarks`)
     compress: bool = False
 
 

@@ -26,7 +26,8 @@ from numba.core.dispatcher import Dispatcher
 from . import cpu, cpu_folds, grad, messages
 from .arrays import activations_of_rows
 from .dispatch import keep_columns, layer_step, run_layers
-from .folds import Folds, column_classes
+from .folds import Folds
+from .marks import column_classes
 from .grad import back_input, weight_grad
 from .messages import pack_rows, unpack_rows
 
