@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from . import timings
 from .errors import DasknnError
 
 
@@ -135,6 +136,7 @@ def local_client(
     """
     from distributed import Client, LocalCluster
 
+    timings.enter("cluster start")  # (connecting, with a scheduler given)
     if scheduler and tls and not (tls_ca and tls_cert and tls_key):
         raise DasknnError("--tls with --scheduler needs the cluster's --tls-ca, --tls-cert and --tls-key")
     with _security(tls, tls_ca, tls_cert, tls_key) as security:
@@ -164,6 +166,7 @@ def local_client(
                 raise DasknnError(f"cannot reach the Dask scheduler at {scheduler} ({e})") from None
             with client:
                 yield client
+                timings.enter("cluster stop")
             return
         n = workers or max(1, (os.cpu_count() or 1) // max(1, threads_per_worker))
         if n < 1 or threads_per_worker < 1:
@@ -261,6 +264,7 @@ def _run_then_close(cluster, security) -> Iterator:
         # A local cluster's nannies restart their workers themselves: they are closed with the cluster instead.
         with dask.config.set({"distributed.deploy.lost-worker-timeout": LOST_WORKER_TIMEOUT}):
             yield client
+        timings.enter("cluster stop")
         try:
             client.run(_stop_heartbeat, on_error="ignore")
         except Exception:  # a worker gone already: it has no heartbeat left to stop

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import timings
 from ..errors import DasknnError
 from ..modes import INFERENCE
 from ..ingest import import_network
@@ -44,10 +45,12 @@ def prepared_infer(args: argparse.Namespace) -> Iterator[Prepared]:
     if args.resume and not args.results:
         raise DasknnError("--resume needs --results (the store the earlier run wrote)")
     notes: dict = {}
+    timings.enter("reading")
     with tempfile.TemporaryDirectory(prefix="dasknn-") as tmp:
         if args.network is None:
             if args.inputs is not None:
                 raise DasknnError("--inputs needs --network")
+            timings.enter("default network")  # made once, with its truth, then kept
             stages = Stages(bars=not args.json)
             try:
                 network = generate.default_store(stage=lambda name, total: stages.begin(
@@ -55,12 +58,15 @@ def prepared_infer(args: argparse.Namespace) -> Iterator[Prepared]:
             finally:
                 stages.close()
             notes["network"] = f"default: {network}"
+            timings.enter("reading")
         elif is_store(args.network):
             network = location(args.network)
         else:
+            timings.enter("import")
             t0 = time.perf_counter()
             network = import_network(args.network, Path(tmp) / "network.zarr")
             notes["import_seconds"] = round(time.perf_counter() - t0, 3)
+            timings.enter("reading")
         shape = open_store(network, check="metadata")
         if args.inputs is None:
             inputs = network
@@ -93,10 +99,12 @@ def cmd_infer(args: argparse.Namespace) -> int:
     from ..cluster import local_client, tls_options
 
     check_report(args.report)
-    with prepared_infer(args) as prepared, \
-            local_client(args.workers, args.threads_per_worker, args.scheduler, gpu=args.gpu,
-                         memory_limit=args.memory_limit or "auto", **tls_options(args)) as client:
-        return run_infer(args, client, prepared)
+    with prepared_infer(args) as prepared:
+        with local_client(args.workers, args.threads_per_worker, args.scheduler, gpu=args.gpu,
+                          memory_limit=args.memory_limit or "auto", **tls_options(args)) as client:
+            result = _inferred(args, client, prepared)
+    # printed once the cluster has closed, so that the timings count its closing too
+    return _shown(args, prepared, result)
 
 
 def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None) -> int:
@@ -109,7 +117,11 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
     if prepared is None:
         with prepared_infer(args) as prepared:
             return run_infer(args, client, prepared)
-    from .. import io
+    return _shown(args, prepared, _inferred(args, client, prepared))
+
+
+def _inferred(args: argparse.Namespace, client, prepared: Prepared):
+    # the run on the client, with its progress bar and --report; the engine's InferenceResult
     from ..api import infer
     from ..engine.options import tuning
 
@@ -120,6 +132,7 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
             bar.bar.total = total
         bar.to(done)
 
+    timings.enter("reading")  # the arguments checked again by the library, the workers counted
     try:
         with performance_report(getattr(args, "report", None), client):
             # dasknn.infer: the one way in, for Python, this command and bench-graphchallenge (it compares with
@@ -128,6 +141,14 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
                            **tuning(options_of(args, progress)))
     finally:
         bar.close()
+    return result
+
+
+def _shown(args: argparse.Namespace, prepared: Prepared, result) -> int:
+    # the categories written (--out), the figures printed (text or JSON), the exit code
+    from .. import io
+
+    timings.enter("output")
     notes = prepared.notes
     cats, mismatched = result.categories, result.mismatched
     if result.probe_skipped:
@@ -158,6 +179,10 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
         **({"probe_skipped": result.probe_skipped} if result.probe_skipped else {}),
         **notes,
     }
+    recorded = timings.current()
+    if recorded is not None:
+        # where the command's wall time went, phase by phase (they add up to it)
+        report["timings"] = recorded.as_dict()
     if result.stages:
         report["stages"] = result.stages  # pipeline mode: each stage's first and last layer
     if result.predictions:
@@ -188,7 +213,8 @@ def run_infer(args: argparse.Namespace, client, prepared: Prepared | None = None
           f"{result.edges_per_second:.3e} edges/s"
           + (f" ({result.multiplied_per_second:.3e} multiplied/s, each distinct vector once)"
              if args.compress == "on" and not np.isnan(result.multiplied_per_second) else "")
-          + (f"\n{loss_lines(result.recoveries)}" if result.recoveries else ""))
+          + (f"\n{loss_lines(result.recoveries)}" if result.recoveries else "")
+          + (f"\n{recorded.line()}" if recorded is not None else ""))
     if mismatched:
         # a check that fails fails the command, as bench-graphchallenge does
         print(f"dasknn: {mismatch_line(mismatched, result.images, args.dtype)}", file=sys.stderr, flush=True)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from .. import __version__
 from ..errors import DasknnError
+from ..timings import Timings, recording, since_process_start
 from .bench import add_bench_parser
 from .data import add_data_parsers
 from .infer import add_infer_parser
@@ -88,11 +89,17 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status.
+
+    Without ``argv`` this process is the command (the console script, ``python -m dasknn``): its timings count
+    the interpreter's start-up too.
+    """
+    timings = Timings(startup=since_process_start() if argv is None else 0.0)
 
     def run() -> int:
+        timings.enter("arguments")
         args = build_parser().parse_args(argv)
         return args.func(args)
 
-    with sigterm_as_interrupt():
+    with sigterm_as_interrupt(), recording(timings):
         return run_guarded(run)

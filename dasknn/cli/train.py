@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from .. import timings
 from ..cluster import add_tls_arguments, local_client, tls_options
 from ..errors import DasknnError
 from ..train import MODES, OPTIMIZERS, PIPELINE_SCHEDULES, import_weights, train
@@ -80,11 +81,16 @@ def run_train(args) -> int:
             result = train(args.network, args.data, client=c, **common)
     else:
         result = train(args.network, args.data, **common)
+    timings.enter("output")
     s = result.summary()
+    recorded = timings.current()
+    if recorded is not None:
+        s["timings"] = recorded.as_dict()  # where the command's wall time went, phase by phase
     emit(args, s, f"{s['steps']} steps in {s['seconds']:.2f} s ({where_trained(s['mode'], s['workers'])}): "
                   f"train loss {s['train_loss']:.4f}, test accuracy {100 * s['test_accuracy']:.2f} %, "
                   f"state {s['state_bytes']:,} B (dense with mask {s['dense_masked_state_bytes']:,} B), "
-                  f"{s['bytes_sent_per_step']:,.0f} B sent per step")
+                  f"{s['bytes_sent_per_step']:,.0f} B sent per step"
+                  + (f"\n{recorded.line()}" if recorded is not None else ""))
     return 0
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import timings
 from ..errors import DasknnError
 from ..kernels.warm import WarmSpec
 from ..plan import Outline
@@ -304,6 +305,8 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
     out.load_seconds = time.perf_counter() - t0
     warmed = [loaded.pop(key) for key in warm_keys]
     out.compile_seconds = longest(gather_watched(client, warmed, workers))
+    # the longest warm-up, which the workers' loads waited for, is the load phase's compiling
+    timings.move("load", "compile", out.compile_seconds)
     for f in warmed:
         f.release()
     layout.part_of.update({w: loaded[key] for w, key in weight_keys.items()})

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import timings
 from ..cost import Calibration, Prediction
 from ..errors import DasknnError
 from ..modes import AUTO, DATA, HYBRID, PIPELINE
@@ -210,6 +211,7 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
             check_memory(store, o.dtype, resident, job.keep_layers, holds, limit, width)
 
     runs = _run_recovering(client, job, recovery, mode, group_size, todo, check_fits)
+    timings.enter("results")  # the categories gathered, the activations kept, the traffic published
     if job.activations_name:
         runs.kept = _detached_activations(client, job, runs)
     result = _result(job, runs, mode, group_size, count, todo, job.done, predictions, calibration)

@@ -276,8 +276,12 @@ class Recovery:
         self.phase = "setup"
 
     def enter(self, phase: str) -> None:
-        """Name the phase that runs from now on (the one a loss is reported in)."""
+        """Name the phase that runs from now on (the one a loss is reported in, and the one the command's
+        timings count from now on)."""
+        from ..timings import enter
+
         self.phase = phase
+        enter(phase)
 
     def run(self, attempt: Callable[[list[str]], T], on_loss: Callable[[WorkersLost], dict | None] | None = None
             ) -> T:

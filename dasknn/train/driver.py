@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .. import modes
+from .. import modes, timings
 from ..errors import DasknnError
 from ..kernels import to_device
 from ..kernels.warm import WarmSpec, warm_kernels
@@ -175,7 +175,9 @@ def _start_model(layers, classes: int, neurons: int, checkpoint, resume: bool, *
 
 def _run_single(model: Model, job: _Job) -> _Outcome:
     losses: list[float] = []
+    timings.enter("compile")
     compile_seconds = warm_kernels(job.warm)
+    timings.enter("steps")
     t0 = time.perf_counter()
     for a, b in job.chunks:
         for idx in job.todo[a:b]:
@@ -252,7 +254,8 @@ def _run_on_cluster(client, recovery: Recovery, start_on_cluster, model: Model, 
         del run.losses[back.step - done:]
         recovery.enter("set-up")  # the model's parts and the data scattered to the workers
         run.runner, _ = start_on_cluster(back)
-        run.compile_seconds += _warm(client, run.runner, job)
+        with timings.phase("compile"):
+            run.compile_seconds += _warm(client, run.runner, job)
         if run.sent0 is None:
             run.sent0, run.t0 = client.run(metrics.bytes_sent), time.perf_counter()
         recovery.enter("steps")
@@ -395,6 +398,7 @@ def train(
     """
     parts = check_arguments(mode, epochs, batch, lr, workers, group_size, checkpoint_every, checkpoint, resume,
                             micro_batches, pipeline_schedule)
+    timings.enter("reading")  # the network, the data, the model (or its checkpoint)
     check_backend(backend, mode)
     layers, path = layers_of(network)
     if mode == modes.PIPELINE and parts > len(layers):
@@ -421,6 +425,7 @@ def train(
         with ensure_client(client, **cluster) as c:
             run, part_name = _train_on(c, mode, layers, partition, parts, path, seed, workers, job, backend, model,
                                        exchange)
+    timings.enter("results")  # the model back on the host, its checkpoint, the accuracies
     run.model = run.model.on("cpu")
     if checkpoint is not None and todo:
         save_checkpoint(checkpoint, run.model, {"seed": seed})
