@@ -9,7 +9,8 @@ when a CuPy array arrives, so importing dasknn never imports CuPy.
 
 Modules: :mod:`.backend` (the contract), :mod:`.dispatch` (the registry), :mod:`.cpu` (the Numba layer step and
 loop), :mod:`.gpu` (CUDA source, launch shapes, CuPy loop), :mod:`.messages` (model mode's boundary messages),
-:mod:`.arrays` (placement helpers), :mod:`.grad` (the training kernels, Numba and CUDA), :mod:`.nvrtc`. The
+:mod:`.arrays` (placement helpers), :mod:`.grad` (the training kernels, Numba and CUDA), :mod:`.nvrtc`,
+:mod:`.ell` and :mod:`.gpu_ell` (issue 44's opt-in GPU loop: sliced ELL, compaction on the device). The
 functions below (``layer_step``, ``to_host``, ``weight_grad``, ...) forward to the backend of their array.
 """
 

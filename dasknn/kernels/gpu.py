@@ -11,7 +11,7 @@ launch.
 from __future__ import annotations
 
 import importlib
-import warnings
+import os
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -21,9 +21,10 @@ import numpy as np
 
 from .arrays import activations_of_rows
 from .backend import BackendUnsupported
+from .gpu_ell import release_ell_loops, run_layers_ell
 from .grad import back_input_gpu, weight_grad_gpu
 from .messages import pack_rows_dense, unpack_rows_dense
-from .nvrtc import GPU_COMPILE_OPTIONS
+from .nvrtc import CUDA_ARITHMETIC, compiled_kernel
 
 #: Images per thread block: one per lane of a warp, so a warp's loads of one neuron's row are one transaction.
 GPU_TILE = 32
@@ -40,26 +41,15 @@ GPU_COMPACT_EVERY = 4
 #: Grid dimension limit of CUDA (y and z); kernels loop over image tiles beyond it.
 GPU_MAX_GRID_Y = 65535
 
-#: CUDA source of the fused layer step, compiled with ``#define``s for the constants above. Kept as text so the
+#: CUDA source of the fused layer step, compiled with ``#define``s for the constants above: the arithmetic every
+#: layer kernel shares (:data:`~dasknn.kernels.nvrtc.CUDA_ARITHMETIC`), then its kernels. Kept as text so the
 #: CPU tests can read it; ``tests/kernels/test_kernels_gpu.py`` carries a line-by-line Python transcription.
-CUDA_SOURCE = r"""
+CUDA_SOURCE = CUDA_ARITHMETIC + r"""
 // yt: split x nb activations (row-major: one row per input neuron, one column per image), extra: the rows after
 // them, (n_in - split) x nb (model mode's received rows, read in place; yt itself when there are none);
 // out: n_out x nb.
 // The layer in CSC form: indptr (n_out + 1, int64) over output neurons, indices (int32) its input neurons,
 // data its weights. alive[b] is set to 1 for every image b with a nonzero output (the caller zeroes it).
-
-__device__ __forceinline__ float madd(float acc, float y, float w) { return __fadd_rn(acc, __fmul_rn(y, w)); }
-__device__ __forceinline__ double madd(double acc, double y, double w) { return __dadd_rn(acc, __dmul_rn(y, w)); }
-
-template <typename T>
-__device__ __forceinline__ T rule(T v, T bias, T ymax) {
-    if (v != T(0)) {  // the bias goes to nonzero sums only, then ReLU and the clamp
-        v = v + bias;
-        v = v < T(0) ? T(0) : (v > ymax ? ymax : v);
-    }
-    return v;
-}
 
 // Gather kernel. Block (x, y) computes output neuron j = x * ROWS + threadIdx.y for image
 // b = tile * TILE + threadIdx.x, tile = y, y + gridDim.y, ... Output blocks vary fastest, so the blocks that run
@@ -159,6 +149,8 @@ DASKNN_KERNEL(dasknn_staged_f64, step_staged, double, TILE * STAGED_WARPS, 1)
 """
 
 GPU_VARIANTS = ("auto", "gather", "staged")
+#: The loops :func:`run_layers_gpu` can run a chunk by (:func:`gpu_loop`).
+GPU_LOOPS = ("layers", "ell")
 
 
 def cuda_code() -> str:
@@ -205,28 +197,9 @@ _KERNELS: dict[tuple[int, str], tuple[Any, int]] = {}  # (device id, kernel name
 
 
 def gpu_kernel(name: str) -> tuple[Any, int]:  # pragma: no cover - needs a GPU
-    """The kernel ``name`` on the current device, and the most dynamic shared memory one launch of it may ask for.
-
-    The source is compiled once per device and each kernel looked up once per device and name, not per launch.
-    On first lookup the kernel opts in to the device's shared memory per block less its own static shared memory
-    (its alive flags), and the limit returned is the kernel's own ``max_dynamic_shared_size_bytes`` as read back:
-    a launch compared with it cannot ask for more than the kernel allows.
-    """
-    import cupy
-
-    dev = cupy.cuda.Device()
-    key = (dev.id, name)
-    if key not in _KERNELS:
-        if dev.id not in _MODULES:
-            _MODULES[dev.id] = cupy.RawModule(code=cuda_code(), options=GPU_COMPILE_OPTIONS)
-        kernel = _MODULES[dev.id].get_function(name)
-        optin = int(dev.attributes.get("MaxSharedMemoryPerBlockOptin", 48 * 1024)) - int(kernel.shared_size_bytes)
-        with warnings.catch_warnings():  # some CuPy versions deprecate the attribute's old spelling
-            warnings.simplefilter("ignore", DeprecationWarning)
-            if kernel.max_dynamic_shared_size_bytes < optin:
-                kernel.max_dynamic_shared_size_bytes = optin  # opt in beyond the default 48 KiB
-            _KERNELS[key] = (kernel, int(kernel.max_dynamic_shared_size_bytes))
-    return _KERNELS[key]
+    """The kernel ``name`` of :func:`cuda_code` on the current device, and the most dynamic shared memory one launch
+    of it may ask for (see :func:`compiled_kernel`)."""
+    return compiled_kernel(name, cuda_code, _MODULES, _KERNELS)
 
 
 def gpu_step(yt, indptr, indices, data, bias: float, ymax: float, alive, variant: str = "auto",
@@ -286,16 +259,31 @@ def layer_step_gpu(yt, indptr, indices, data, bias: float, ymax: float, extra=No
     return gpu_step(yt, indptr, indices, data, bias, ymax, alive, variant, extra, out)
 
 
+def gpu_loop(loop: str | None = None) -> str:
+    """The GPU loop to run: ``loop``, else ``DASKNN_GPU_LOOP`` from the environment, else ``"layers"`` (today's:
+    a launch a layer, compaction by the host). ``"ell"`` is issue 44's candidate (:mod:`.gpu_ell`), opt-in until
+    a device run measures it."""
+    chosen = loop or os.environ.get("DASKNN_GPU_LOOP") or "layers"
+    if chosen not in GPU_LOOPS:
+        raise ValueError(f"GPU loop must be one of {', '.join(GPU_LOOPS)}, not {chosen!r}")
+    return chosen
+
+
 def run_layers_gpu(yt, layers: Iterable[tuple], bias: float, ymax: float, ids: np.ndarray,
-                   compact_every: int | None = None, variant: str = "auto"):  # pragma: no cover - needs a GPU
+                   compact_every: int | None = None, variant: str = "auto",
+                   loop: str | None = None):  # pragma: no cover - needs a GPU
     """:func:`run_layers` on CuPy activations: fused layer steps, compaction of dead images from their flags.
 
     Every step also marks the images with a nonzero output, so a compaction needs no separate reduction: the
     surviving columns are gathered every ``compact_every`` layers (:data:`GPU_COMPACT_EVERY` by default) and
     after the last. ``ids`` follow on the device; they come back to the host (a NumPy array) at the end.
+    ``loop`` (see :func:`gpu_loop`) ``"ell"`` runs the chunk by :func:`~dasknn.kernels.gpu_ell.run_layers_ell`
+    instead (every layer compacted on the device; the same result).
     """
     import cupy
 
+    if gpu_loop(loop) == "ell":
+        return run_layers_ell(yt, layers, bias, ymax, ids)
     every = GPU_COMPACT_EVERY if compact_every is None else compact_every
     ids_d = cupy.asarray(ids)
     alive = cupy.zeros(max(1, yt.shape[1]), dtype=cupy.int32)
@@ -363,9 +351,10 @@ def keep_on_device(key: Hashable, first: int, layers: Iterable[tuple]) -> Iterat
 
 
 def release_device_layers() -> None:
-    """Free every layer :func:`keep_on_device` kept (after a run: its streams are closed)."""
+    """Free every layer :func:`keep_on_device` kept (after a run: its streams are closed), and the ELL loops."""
     _KEPT.clear()
     _KEPT_BYTES.clear()
+    release_ell_loops()
 
 
 def layer_step_cusparse(yt, indptr, indices, data, bias: float, ymax: float):  # pragma: no cover - needs a GPU

@@ -301,7 +301,7 @@ def test_kernels_are_compiled_once_per_device_and_opt_in_to_the_shared_memory_le
     assert len(made) == 1 and looked_up == ["dasknn_staged_f32", "dasknn_gather_f32"]
     current[0] = 1  # another device: its own module and lookups
     assert kernels.gpu.gpu_kernel("dasknn_staged_f32")[0] is not kernel
-    assert len(made) == 2 and made[0] == kernels.gpu.GPU_COMPILE_OPTIONS
+    assert len(made) == 2 and made[0] == kernels.nvrtc.GPU_COMPILE_OPTIONS
     # 384 float32 inputs: a tile of exactly 48 KiB of dynamic shared memory, staged within the kernel's limit
     launch = kernels.gpu_launch("auto", 384, 10, 100, 4, min(kernels.GPU_STAGED_MAX_BYTES, limit))
     assert launch.kernel == "dasknn_staged_f32" and launch.shared_bytes == 48 * 1024 <= limit
@@ -380,11 +380,16 @@ def test_source_names_the_launched_kernels():
     assert code.count("{") == code.count("}") and code.count("(") == code.count(")")
 
 
+def missing_fragments(source: str, fragments: list[str]) -> list[str]:
+    """The ``fragments`` not in ``source``, whitespace runs counted as one space."""
+    code = " ".join(source.split())
+    return [f for f in fragments if f not in code]
+
+
 def test_transcription_follows_the_source():
     # the index expressions the emulation transcribes, as they stand in the source: a change to the kernel's
     # indexing fails here until the transcription above is changed to match (and re-checked against Numba)
-    code = " ".join(kernels.CUDA_SOURCE.split())
-    for fragment in [
+    assert missing_fragments(kernels.CUDA_SOURCE, [
         "const long long j = (long long)blockIdx.x * ROWS + threadIdx.y;",
         "for (long long tile = blockIdx.y; tile * TILE < nb; tile += gridDim.y) {",
         "const long long b = tile * TILE + threadIdx.x;",
@@ -400,15 +405,15 @@ def test_transcription_follows_the_source():
         "acc = madd(acc, sh[__ldg(indices + p) * TILE + lane], __ldg(data + p));",
         "return __fadd_rn(acc, __fmul_rn(y, w));",
         "v = v < T(0) ? T(0) : (v > ymax ? ymax : v);",
-    ]:
-        assert fragment in code, fragment
+    ]) == []
 
 
 # --- the source through CUDA's compilers (no GPU needed) -----------------------------------------------------
 
 #: sm_90 (H100, H200): registers per block, shared memory per block with the opt-in, threads per block
 SM90_REGISTERS, SM90_SHARED_OPTIN, MAX_THREADS = 65536, 227 * 1024, 1024
-NO_COMPILER = "no NVRTC and ptxas: pip install 'dasknn[gpu-compile]' to compile the CUDA source without a GPU"
+NO_COMPILER = ("no NVRTC or nvcc, or no ptxas: pip install 'dasknn[gpu-compile]' to compile the CUDA source "
+               "without a GPU")
 
 
 def _nvrtc() -> ctypes.CDLL | None:
@@ -447,7 +452,7 @@ def nvrtc_ptx(lib: ctypes.CDLL, code: str, arch: str = "compute_90") -> str:
     """``code`` compiled by NVRTC to PTX, with the options the GPU path uses; fails on an error or a warning."""
     prog = ctypes.c_void_p()
     assert lib.nvrtcCreateProgram(ctypes.byref(prog), code.encode(), b"dasknn.cu", 0, None, None) == 0
-    opts = [o.encode() for o in kernels.gpu.GPU_COMPILE_OPTIONS] + [f"--gpu-architecture={arch}".encode()]
+    opts = [o.encode() for o in kernels.nvrtc.GPU_COMPILE_OPTIONS] + [f"--gpu-architecture={arch}".encode()]
     rc = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     size = ctypes.c_size_t()
     lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
@@ -507,13 +512,30 @@ def launch_limits_broken(report: dict[str, dict[str, int]], ptx: str) -> list[st
     return broken
 
 
+def nvcc_ptx(nvcc: str, code: str, tmp: Path, arch: str = "compute_90") -> str:
+    """``code`` compiled by nvcc to PTX with the GPU path's options, where NVRTC is not installed (the same
+    front end); fails on an error or a warning."""
+    (tmp / "dasknn.cu").write_text(code)
+    r = subprocess.run([nvcc, "--ptx", f"-arch={arch}", *kernels.nvrtc.GPU_COMPILE_OPTIONS, "-o",
+                        str(tmp / "dasknn_nvcc.ptx"), str(tmp / "dasknn.cu")], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "warning" not in r.stderr.lower(), r.stderr
+    return (tmp / "dasknn_nvcc.ptx").read_text()
+
+
+def compile_for_sm90(code: str, tmp: Path) -> tuple[str, dict[str, dict[str, int]]]:
+    """``code`` as PTX (NVRTC, else nvcc) and ptxas's report for sm_90; skips without the compilers."""
+    lib, nvcc, ptxas = _nvrtc(), shutil.which("nvcc"), _ptxas()
+    if (lib is None and nvcc is None) or ptxas is None:
+        pytest.skip(NO_COMPILER)
+    ptx = nvrtc_ptx(lib, code) if lib is not None else nvcc_ptx(nvcc, code, tmp)
+    return ptx, ptxas_report(ptxas, ptx, tmp)
+
+
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory) -> tuple[str, dict[str, dict[str, int]]]:
-    lib, ptxas = _nvrtc(), _ptxas()
-    if lib is None or ptxas is None:
-        pytest.skip(NO_COMPILER)
-    ptx = nvrtc_ptx(lib, kernels.cuda_code())
-    return ptx, ptxas_report(ptxas, ptx, tmp_path_factory.mktemp("ptx"))
+    return compile_for_sm90(kernels.cuda_code(), tmp_path_factory.mktemp("ptx"))
 
 
 @pytest.mark.parametrize("itemsize", [4, 8])
@@ -542,11 +564,7 @@ def test_launch_check_catches_a_broken_bound(compiled, monkeypatch):
 def test_training_kernels_compile_for_sm90_within_their_launch(tmp_path):
     # the training kernels (kernels.grad): no spills, the launch bound is the launch, registers fit the block,
     # and no fused multiply-add (float64 steps equal the CPU's)
-    lib, ptxas = _nvrtc(), _ptxas()
-    if lib is None or ptxas is None:
-        pytest.skip(NO_COMPILER)
-    ptx = nvrtc_ptx(lib, kernels.grad.grad_cuda_code())
-    report = ptxas_report(ptxas, ptx, tmp_path)
+    ptx, report = compile_for_sm90(kernels.grad.grad_cuda_code(), tmp_path)
     threads = kernels.grad.GRAD_THREADS
     for name in kernels.grad.GRAD_KERNELS:
         k = report[name]

@@ -1,0 +1,223 @@
+"""Issue 44's ELL loop: its layout and a NumPy model of its kernels checked bit for bit on the CPU, its CUDA
+source compiled for sm_90 (registers, spills, shared memory), and on a GPU the loop against today's."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from examples import random_activations, random_layer
+from test_kernels_gpu import SM90_REGISTERS, compile_for_sm90, missing_fragments
+
+from dasknn import kernels
+from dasknn.kernels import ell, gpu_ell
+
+#: sm_90 shared memory a multiprocessor (228 KiB), of which one block may opt in to 227 KiB
+SM90_SHARED_PER_SM = 228 * 1024
+
+
+def csc_layers(n: int, depth: int, seed: int, dtype) -> list[tuple]:
+    return [random_layer(n, n, seed=seed + k, dtype=dtype) for k in range(depth)]
+
+
+# --- the layout ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("buffer_inputs", [4096, 300, 37])
+def test_layout_holds_each_column_in_entry_order(buffer_inputs):
+    # walking output j's lane in its warp, buffer by buffer, gives back its CSC entries in their order; the rest of
+    # the lane's slots are padding (weight 0); a buffer stages inputs of its block's footprint, ascending
+    n_in, n_out = 700, 600  # three blocks, the last one part full
+    indptr, indices, data = random_layer(n_in, n_out, seed=21, dtype=np.float32)
+    lay = ell.ell_layer(indptr, indices, data, n_in, buffer_inputs)
+    warps = ell.ELL_THREADS // ell.ELL_WARP
+    assert lay.blocks == 3 and lay.entries == indices.size
+    assert np.diff(lay.map_ptr).max() <= buffer_inputs
+    for b in range(lay.blocks):
+        staged = lay.map[lay.map_ptr[lay.block_buffers[b]]:lay.map_ptr[lay.block_buffers[b + 1]]]
+        assert (np.diff(staged) > 0).all()  # the footprint, ascending, cut into buffers
+    for j in range(n_out):
+        b, w, lane = j // ell.ELL_THREADS, (j % ell.ELL_THREADS) // ell.ELL_WARP, j % ell.ELL_WARP
+        got_in, got_w, padding = [], [], []
+        for g in range(lay.block_buffers[b], lay.block_buffers[b + 1]):
+            buf_inputs = lay.map[lay.map_ptr[g]:lay.map_ptr[g + 1]]
+            mine = np.isin(indices[indptr[j]:indptr[j + 1]], buf_inputs).sum()
+            for k, m in enumerate(range(lay.warp_ptr[g * warps + w], lay.warp_ptr[g * warps + w + 1])):
+                at = m * ell.ELL_WARP + lane
+                if k < mine:
+                    got_in.append(buf_inputs[lay.index[at]])
+                    got_w.append(lay.value[at])
+                else:
+                    padding.append((lay.index[at], lay.value[at]))
+        np.testing.assert_array_equal(got_in, indices[indptr[j]:indptr[j + 1]])
+        np.testing.assert_array_equal(np.array(got_w, dtype=np.float32), data[indptr[j]:indptr[j + 1]])
+        assert all(i == 0 and v == 0 for i, v in padding)
+    assert 0 < lay.padding < 1
+
+
+def test_layout_refuses_a_sum_out_of_order():
+    # output 0 reads input 5 then input 1: with one input a buffer its entries would be summed 1 then 5
+    indptr, indices, data = np.array([0, 2]), np.array([5, 1]), np.array([1.0, 2.0], dtype=np.float32)
+    with pytest.raises(ValueError, match="output 0's inputs are not in ascending order"):
+        ell.ell_layer(indptr, indices, data, 8, 1)
+    lay = ell.ell_layer(indptr, indices, data, 8, 8)  # one buffer: the entry order is kept whatever it is
+    yt = np.array([[0, 0, 0, 0, 0, 3, 0, 0], [0, 4, 0, 0, 0, 0, 0, 0]], dtype=np.float32).T.copy()
+    got = ell.ell_loop_numpy(yt, [lay], -0.5, 32.0, np.arange(2))
+    want = kernels.run_layers(yt, [(indptr, indices, data)], -0.5, 32.0, np.arange(2))
+    np.testing.assert_array_equal(got[0], want[0])
+    with pytest.raises(ValueError, match="lie in 0..7"):
+        ell.ell_layer(indptr, np.array([5, 8]), data, 8, 8)
+    with pytest.raises(ValueError, match="does not fit"):
+        ell.buffer_inputs_for(16, 8, 64)
+
+
+# --- the loop, modelled --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("minibatch", [4, 12])
+def test_modelled_loop_equals_the_cpu_loop(dtype, minibatch):
+    # random layers with empty outputs, both signs, the clamp; buffers of a minibatch in 2 KiB: several a block
+    n, nb = 600, 70
+    layers = csc_layers(n, 5, seed=31, dtype=dtype)
+    yt = random_activations(n, nb, seed=31, dtype=dtype)
+    buffer = ell.buffer_inputs_for(minibatch, np.dtype(dtype).itemsize, 2048)
+    lays = [ell.ell_layer(*layer, n_in=n, buffer_inputs=buffer, dtype=dtype) for layer in layers]
+    assert max(np.diff(lay.block_buffers).max() for lay in lays) > 1
+    got_yt, got_ids, counts = ell.ell_loop_numpy(yt, lays, -0.3, 4.0, np.arange(100, 100 + nb))
+    want_yt, want_ids = kernels.run_layers(yt, layers, -0.3, 4.0, np.arange(100, 100 + nb))
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_array_equal(got_yt, want_yt)  # bit for bit
+    assert counts[0] == nb and counts[-1] == want_ids.size and (np.diff(counts) <= 0).all()
+    assert not (got_yt == 0).all(axis=0).any()
+
+
+def test_modelled_loop_on_the_slice(slice_paths):
+    # the real network's slice, its layers as the GPU path gets them (float32), all its images: equal to the CPU
+    # loop and to the reference's categories, the images dying layer by layer
+    from dasknn import io, reference
+
+    net = io.read_network(slice_paths["network"])
+    images = io.read_images(slice_paths["images"])
+    layers = [(w.indptr, w.indices, w.data.astype(np.float32)) for w in net.layers]
+    lays = gpu_ell.ell_layers(layers, net.layers[0].shape[0], np.float32, 12)
+    yt = kernels.dense_transposed(images, np.float32)
+    ids = np.arange(yt.shape[1])
+    got_yt, got_ids, counts = ell.ell_loop_numpy(yt, lays, net.bias, net.ymax, ids)
+    want_yt, want_ids = kernels.run_layers(yt, layers, net.bias, net.ymax, ids)
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_array_equal(got_yt, want_yt)
+    np.testing.assert_array_equal(got_ids, reference.infer_categories(net.layers, images, net.bias, net.ymax))
+    assert counts[-1] < counts[0]
+
+
+def test_modelled_compaction_keeps_order_and_follows_ids():
+    alive = np.array([0, 1, 1, 0, 1, 0, 1], dtype=np.int32)
+    src = np.array([6, 4, 3, 2, 1, 0, 5], dtype=np.int32)  # slot s of the output came from input slot src[s]
+    ids = np.arange(10, 17)
+    src_next, ids_next, count = ell.ell_compact_numpy(alive, 6, src, ids)
+    assert count == 3 and src_next.tolist() == [1, 2, 4]  # slot 6 lies past the count: not looked at
+    assert ids_next.tolist() == [16, 14, 13, 12, 11, 10]
+    assert alive[:6].tolist() == [0] * 6 and alive[6] == 1
+
+
+def test_transcription_follows_the_ell_source():
+    # the expressions the model replays, as they stand in the source: a change to the kernel's indexing fails
+    # here until the model is changed to match (and re-checked against the CPU loop)
+    assert missing_fragments(gpu_ell.ELL_CUDA_SOURCE, [
+        "const int j = blockIdx.x * blockDim.x + threadIdx.x;",
+        "for (int s0 = blockIdx.y * MB; s0 < nb; s0 += gridDim.y * MB) {",
+        "const long long g_first = block_buffers[blockIdx.x], g_last = block_buffers[blockIdx.x + 1];",
+        "sh[i] = s0 + f < nb ? act[(long long)__ldg(map + m0 + n) * cap + __ldg(src + s0 + f)] : T(0);",
+        "for (long long m = warp_ptr[g * warps + warp]; m < end; ++m) {",
+        "const int at = __ldg(index + m * 32 + lane);",
+        "const V* y = reinterpret_cast<const V*>(sh + at * MB);",
+        "out[(long long)j * cap + s0 + f] = v;",
+        "for (int s = threadIdx.x; s < n; s += blockDim.x) ids_out[s] = ids_in[src_in[s]];",
+        "if (mine) src_out[before + __popc(ballot & ((1u << lane) - 1u))] = s;",
+    ]) == []
+
+
+# --- launches and the loop's choice --------------------------------------------------------------------------
+
+
+def test_launch_shapes_and_names():
+    indptr, indices, data = random_layer(700, 600, seed=3, dtype=np.float32)
+    lay = ell.ell_layer(indptr, indices, data, 700, ell.buffer_inputs_for(12, 4))
+    launch = gpu_ell.ell_launch(lay, 60000, 4, 12)
+    assert launch.kernel == "dasknn_ell_f32_mb12" and launch.block == ell.ELL_THREADS
+    assert launch.grid == (3, 5000) and launch.shared_bytes == np.diff(lay.map_ptr).max() * 12 * 4
+    assert launch.shared_bytes <= ell.ELL_SHARED_BYTES
+    assert gpu_ell.ell_launch(lay, 3_000_000, 8, 8).grid[1] == gpu_ell.ELL_MAX_GRID_Y
+    code = gpu_ell.ell_cuda_code()
+    for name in gpu_ell.ELL_KERNELS[:-1]:
+        size = 4 if "_f32_" in name else 8
+        mb = int(name.rsplit("mb", 1)[1])
+        assert gpu_ell.ell_kernel_name(size, mb) == name and f"DASKNN_ELL_KERNEL({name}," in code
+        assert mb % {4: 4, 8: 2}[size] == 0  # a whole number of vector loads a slot
+    with pytest.raises(ValueError, match="images a thread"):
+        gpu_ell.ell_kernel_name(4, 10)
+
+
+def test_the_loop_is_chosen_by_argument_or_environment(monkeypatch):
+    monkeypatch.delenv("DASKNN_GPU_LOOP", raising=False)
+    assert kernels.gpu.gpu_loop() == "layers"  # today's loop stays the default
+    monkeypatch.setenv("DASKNN_GPU_LOOP", "ell")
+    assert kernels.gpu.gpu_loop() == "ell" and kernels.gpu.gpu_loop("layers") == "layers"
+    monkeypatch.setenv("DASKNN_GPU_LOOP", "fast")
+    with pytest.raises(ValueError, match="GPU loop must be one of layers, ell, not 'fast'"):
+        kernels.gpu.gpu_loop()
+
+
+# --- the source through CUDA's compilers (no GPU needed) -----------------------------------------------------
+
+
+def test_ell_source_compiles_for_sm90_within_its_launch(tmp_path):
+    # each kernel: no spills, the launch bound is the launch, its registers and shared memory let the blocks a
+    # multiprocessor it asks for fit; separately rounded multiply and add; the minibatch read a vector at a time
+    ptx, report = compile_for_sm90(gpu_ell.ell_cuda_code(), tmp_path)
+    for name in gpu_ell.ELL_KERNELS:
+        compact = name == "dasknn_ell_compact"
+        threads = gpu_ell.ELL_COMPACT_THREADS if compact else ell.ELL_THREADS
+        blocks = 1 if compact else gpu_ell.ELL_BLOCKS_PER_SM
+        dynamic = 0 if compact else ell.ELL_SHARED_BYTES
+        k = report[name]
+        bound = re.search(rf"\.entry {name}\((?:.|\n)*?\.maxntid (\d+), 1, 1", ptx)
+        assert bound and int(bound[1]) == threads, name
+        per_warp = -(-k["registers"] * 32 // 256) * 256  # registers are allocated per warp, 256 at a time
+        assert k["spills"] == 0, (name, k)
+        assert blocks * (threads // 32) * per_warp <= SM90_REGISTERS, (name, k)
+        assert blocks * (k["smem"] + dynamic) <= SM90_SHARED_PER_SM, (name, k)
+    assert "fma." not in ptx and "mul.rn.f32" in ptx and "add.rn.f64" in ptx
+    assert "ld.shared.v4.f32" in ptx and "ld.shared.v2.f64" in ptx
+
+
+# --- on a GPU ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("graph", [False, True])
+def test_gpu_ell_loop_equals_todays_loop(slice_paths, dtype, graph):
+    import cupy
+
+    from dasknn import io
+
+    net = io.read_network(slice_paths["network"])
+    images = io.read_images(slice_paths["images"])
+    layers = [tuple(cupy.asarray(a) for a in (w.indptr, w.indices, w.data.astype(dtype))) for w in net.layers]
+    yt = cupy.asarray(kernels.dense_transposed(images, np.dtype(dtype)))
+    ids = np.arange(yt.shape[1])
+    want_yt, want_ids = kernels.run_layers_gpu(yt, layers, net.bias, net.ymax, ids, loop="layers")
+    lays = gpu_ell.ell_layers(layers, yt.shape[0], dtype, gpu_ell.ELL_DEFAULT_MINIBATCH[np.dtype(dtype).itemsize])
+    loop = gpu_ell.EllLoop(lays, yt.shape[1], dtype, net.bias, net.ymax,
+                           gpu_ell.ELL_DEFAULT_MINIBATCH[np.dtype(dtype).itemsize], graph)
+    for _ in range(3):  # the first run launches; with graph, the second captures and the third replays
+        got_yt, got_ids = loop.run(yt, ids)
+        np.testing.assert_array_equal(got_ids, want_ids)
+        np.testing.assert_array_equal(cupy.asnumpy(got_yt), cupy.asnumpy(want_yt))
+    model = ell.ell_loop_numpy(cupy.asnumpy(yt), lays, net.bias, net.ymax, ids)
+    np.testing.assert_array_equal(loop.counts, model[2])
+    via = kernels.run_layers_gpu(yt, layers, net.bias, net.ymax, ids, loop="ell")
+    np.testing.assert_array_equal(via[1], want_ids)
