@@ -1,8 +1,10 @@
-"""Where the GPU loop's time goes, and candidate layer kernels side by side (issue 30).
+"""Where the GPU loop's time goes, and candidate layer kernels and loops side by side (issues 30 and 44).
 
 Usage (on a machine with a CUDA device, from the repository root)::
 
-    python benchmarks/bench_gpu_kernels.py --data .gpu-data [--images 60000] [--repeats 20]
+    python benchmarks/bench_gpu_kernels.py --data .gpu-data [--images 60000] [--repeats 20] [--sections ...]
+    python benchmarks/bench_gpu_kernels.py --data .gpu-data --profile [layers|ell]   # under ncu, see BENCHMARKS.md
+    python benchmarks/bench_gpu_kernels.py --data .gpu-data --dry-run                # no device: the rehearsal
 
 1. The loop's breakdown (``breakdown``): the whole :func:`dasknn.kernels.run_layers_gpu` loop against the sum of its kernels'
    times and its compactions' (CUDA events around each), on the real n1024-l120 network.
@@ -10,6 +12,14 @@ Usage (on a machine with a CUDA device, from the repository root)::
    are alive there), timed alone (median of ``--repeats`` launches) and checked bit for bit against the current
    kernel; the rate counts the images actually run (not the challenge's nominal count).
 3. The whole loop with each candidate (its nominal TeraEdges/s, as bench_gpu.py reports).
+4. (``ell``) Issue 44's ELL loop (sliced ELL, a minibatch of images a thread, compaction on the device, one CUDA
+   graph) against today's loop on the real network, each minibatch, float32 and float64, checked bit for bit
+   (benchmarks/bench_gpu_ell.py).
+5. (``generated``) The same on generated N x 120 networks (``--generated 4096,16384,65536 --gen-images 60000``).
+
+``--dry-run`` runs what needs no device: the ELL layouts built, the NumPy model of the ELL loop checked against
+the CPU loop on ``--dry-images`` images, the source compiled for sm_90 (nvcc, ptxas). Arguments are checked first,
+before any device time is spent.
 
 The candidates keep the kernels' arithmetic (each output summed in entry order, separately rounded multiply and
 add), so a faster one can replace the current one without changing a result.
@@ -418,19 +428,59 @@ def loop_with(step, yt, layers, bias, ymax, ids, every: int = 4, timings: dict |
     return np.sort(cupy.asnumpy(ids_d))
 
 
-def main() -> None:
+SECTIONS = ("breakdown", "alone", "whole_loop", "ell", "generated")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The arguments, checked before any device time is spent: a bad one ends the run with one line."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=".gpu-data")
     ap.add_argument("--images", type=int, default=60000)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--layers", default="1,2,4,30,119", help="layers whose real activations time each kernel")
     ap.add_argument("--only", default="", help="comma list of the candidates to run (default: all)")
-    ap.add_argument("--profile", action="store_true",
-                    help="run the current loop once and stop (for Nsight Compute: ncu -k regex:dasknn_staged ...)")
-    args = ap.parse_args()
+    ap.add_argument("--sections", default="breakdown,alone,whole_loop,ell",
+                    help=f"comma list of the sections to run, in this order: {','.join(SECTIONS)}")
+    ap.add_argument("--minibatches", default="", help="the ELL loop's images a thread to run (default: all)")
+    ap.add_argument("--ell-dtypes", default="float32,float64", help="dtypes of the ELL section (real network)")
+    ap.add_argument("--generated", default="", help="neurons of generated 120-layer networks (section generated)")
+    ap.add_argument("--gen-images", type=int, default=60000, help="images of each generated network")
+    ap.add_argument("--gen-minibatch", type=int, default=12, help="the ELL loop's minibatch on generated networks")
+    ap.add_argument("--profile", nargs="?", const="layers", choices=("layers", "ell"),
+                    help="run one loop and stop, for Nsight Compute: today's (layers; ncu -k regex:dasknn_staged) "
+                         "or the ELL loop (ell; ncu -k regex:dasknn_ell)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="no device: build the ELL layouts, check the NumPy model of the ELL loop against the CPU "
+                         "loop, compile the source for sm_90 (nvcc, ptxas), and stop")
+    ap.add_argument("--dry-images", type=int, default=200, help="images the dry run's model runs")
+    args = ap.parse_args(argv)
+    unknown = set(args.sections.split(",")) - set(SECTIONS)
+    if unknown:
+        ap.error(f"--sections: unknown {', '.join(sorted(unknown))} (known: {', '.join(SECTIONS)})")
+    for name in args.ell_dtypes.split(","):
+        if name not in ("float32", "float64"):
+            ap.error(f"--ell-dtypes: {name!r} is not float32 or float64")
+    try:
+        asked = [int(x) for x in args.minibatches.split(",") if x]
+        [int(x) for x in args.generated.split(",") if x]
+    except ValueError:
+        ap.error("--minibatches and --generated take comma lists of integers")
+    from dasknn.kernels.gpu_ell import ELL_MINIBATCHES
 
-    import cupy
-    from bench_gpu import dense_on_device, device_layers
+    if not set(asked + [args.gen_minibatch]) <= set(ELL_MINIBATCHES[4] + ELL_MINIBATCHES[8]):
+        ap.error(f"--minibatches, --gen-minibatch: the ELL kernels have {ELL_MINIBATCHES} images a thread by itemsize")
+    if args.gen_minibatch not in ELL_MINIBATCHES[4]:
+        ap.error(f"--gen-minibatch: float32 kernels have {ELL_MINIBATCHES[4]} images a thread")
+    missing = [f for f in ("neuron1024.tar.gz", "sparse-images-1024.tsv.gz", "neuron1024-l120-categories.tsv")
+               if not (Path(args.data) / f).exists()]
+    if missing:
+        ap.error(f"--data {args.data}: missing {', '.join(missing)} (bash benchmarks/gpu_check.sh prepare)")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    import bench_gpu_ell
 
     from dasknn import io, kernels
 
@@ -439,10 +489,21 @@ def main() -> None:
     images = io.read_images(data / "sparse-images-1024.tsv.gz")[: args.images]
     truth = io.read_categories(data / "neuron1024-l120-categories.tsv")
     truth = truth[truth < args.images]
+    if args.dry_run:
+        bench_gpu_ell.dry_run(args, net, images, truth)
+        return
+    if args.profile == "ell":
+        bench_gpu_ell.profile_ell(net, images, max(bench_gpu_ell.minibatches(args.minibatches, 4)))
+        return
+
+    import cupy
+    from bench_gpu import dense_on_device, device_layers
+
     f32 = np.dtype(np.float32)
     layers = device_layers(net, f32)
     n = args.images
-    cand = None if args.profile else Candidates()
+    sections = args.sections.split(",")
+    cand = Candidates() if {"alone", "whole_loop"} & set(sections) and not args.profile else None
     chosen = [c for c in SHAPES if not args.only or c in args.only.split(",")]
 
     def current(yt, layer, alive):
@@ -497,8 +558,15 @@ def main() -> None:
             print(f"  | {name} | {s * 1e3:.2f} | {n * net.edges / s / 1e12:.2f} | {np.setxor1d(cats, truth).size}",
                   flush=True)
 
+    def ell() -> None:
+        bench_gpu_ell.section_ell(args, net, images, truth)
+
+    def generated() -> None:
+        bench_gpu_ell.section_generated(args)
+
     failed = []
-    for section in (breakdown, alone, whole_loop):
+    known = {"breakdown": breakdown, "alone": alone, "whole_loop": whole_loop, "ell": ell, "generated": generated}
+    for section in (known[name] for name in sections):
         try:
             section()
         except Exception:  # the next section still runs; the exit status says one failed

@@ -11,6 +11,9 @@
 #                                                     # README describes (a missing wheel shows up here)
 # then on the GPU machine (the device tool's run, carrying .whl and .gpu-data, about 30 MB and 26 MB):
 #   bash benchmarks/gpu_check.sh
+# or, for issue 44 (the ELL loop: its gpu tests, ncu on both loops, the ELL loop against today's), in one call:
+#   GPU_CHECK_SECONDS=540 bash benchmarks/gpu_check.sh ell      (ELL_GENERATED=65536 for the widest network)
+# Rehearse that without a device: python benchmarks/bench_gpu_kernels.py --data .gpu-data --dry-run
 # The image there has numpy, scipy, cupy, numba, llvmlite, pytest, hypothesis, tqdm and psutil (KINDS.md in the
 # device entry lists them); the wheels bring the rest. Everything printed is also kept in $OUT/gpu_check.log
 # (the device tool brings $OUT back). Exit status: 0 only when the install, every gpu test and every benchmark
@@ -86,6 +89,30 @@ for m in ("numpy", "scipy", "cupy", "numba", "dask", "distributed", "zarr", "das
 import cupy
 print("devices:", cupy.cuda.runtime.getDeviceCount())
 EOF
+
+if [ "$step" = ell ]; then
+    # issue 44 in one call: the ELL loop's gpu tests, Nsight Compute's stall reasons on today's loop and on the
+    # ELL loop (a few launches each), then the ELL loop against today's, real and generated networks
+    echo "== ell gpu tests ($(($(date +%s) - start)) s)"
+    DASKNN_REQUIRE_GPU=1 timeout 150 python3 -m pytest tests/kernels/test_kernels_ell.py -m gpu -q -p no:cacheprovider -rs
+    rc=$?; echo "ell gpu tests exit: $rc"; [ $rc -eq 0 ] || status=1
+    NCU="--section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats --launch-skip 4 --launch-count 2"
+    if command -v ncu >/dev/null; then
+        for loop in layers ell; do
+            kernel=$([ $loop = layers ] && echo dasknn_staged_f32 || echo dasknn_ell_f32)
+            echo "== ncu, $loop loop ($(($(date +%s) - start)) s)"
+            timeout 100 ncu $NCU -k "regex:$kernel" python3 benchmarks/bench_gpu_kernels.py --data "$DATA" \
+                --profile $loop --minibatches 12 || echo "ncu ($loop): exit $?"
+        done
+    else
+        echo "ncu: not found"
+    fi
+    echo "== bench ($(($(date +%s) - start)) s): the ELL loop against today's"
+    timeout $(($(left) - 10)) python3 benchmarks/bench_gpu_kernels.py --data "$DATA" --sections ell,generated \
+        --repeats 5 --generated "${ELL_GENERATED:-4096,16384}" --gen-images 60000
+    rc=$?; echo "bench exit: $rc after $(($(date +%s) - start)) s"; [ $rc -eq 0 ] || status=1
+    exit $status
+fi
 
 echo "== gpu tests ($(($(date +%s) - start)) s)"
 # DASKNN_REQUIRE_GPU: a gpu test that would skip errors or fails instead (tests/conftest.py): none may skip

@@ -24,7 +24,7 @@ from .ell import ELL_SHARED_BYTES, ELL_THREADS, EllLayer, buffer_inputs_for, ell
 from .nvrtc import CUDA_ARITHMETIC, compiled_kernel
 
 #: Images a thread by dtype itemsize: the kernels compiled (a multiple of the vector load: 4 float32, 2 float64).
-ELL_MINIBATCHES = {4: (8, 12, 16), 8: (4, 8)}
+ELL_MINIBATCHES = {4: (4, 8, 12, 16), 8: (4, 8)}
 #: The minibatch used unless one is asked for: Hidayetoglu's 12 float32; 8 float64 (the same shared bytes).
 ELL_DEFAULT_MINIBATCH = {4: 12, 8: 8}
 #: Threads of the one-block compaction kernel.
@@ -139,6 +139,7 @@ __device__ void ell_step(const T* __restrict__ act, const int* __restrict__ src,
         ell_step<T, MB>(act, src, count, block_buffers, map_ptr, map, warp_ptr, index, value, bias, ymax, out, \
                         alive, n_out, cap);                                                                    \
     }
+DASKNN_ELL_KERNEL(dasknn_ell_f32_mb4, float, 4)
 DASKNN_ELL_KERNEL(dasknn_ell_f32_mb8, float, 8)
 DASKNN_ELL_KERNEL(dasknn_ell_f32_mb12, float, 12)
 DASKNN_ELL_KERNEL(dasknn_ell_f32_mb16, float, 16)
@@ -300,12 +301,17 @@ class EllLoop:  # pragma: no cover - needs a GPU
                   self.counts_d[k + 1:]))
             act = out
 
-    def run(self, yt, ids: np.ndarray):
+    def run(self, yt, ids: np.ndarray, timings: dict | None = None):
+        """The chunk ``yt`` (``inputs x images``, at most ``capacity`` images) through every layer; with
+        ``timings``, the layers' device seconds (CUDA events around their launches or graph) go in ``"layers"``."""
         import cupy
 
         n_in, nb = yt.shape
-        if nb > self.capacity or yt.dtype != self.dtype:
-            raise ValueError(f"the loop holds {self.capacity} {self.dtype} images, not {nb} {yt.dtype}")
+        if nb > self.capacity or yt.dtype != self.dtype or n_in != self.act_in.shape[0]:
+            raise ValueError(f"the loop holds {self.capacity} {self.dtype} images of {self.act_in.shape[0]} inputs, "
+                             f"not {nb} {yt.dtype} of {n_in}")
+        # the loop's stream does not wait for the default one by itself: it waits for whatever made yt
+        self.stream.wait_event(cupy.cuda.get_current_stream().record())
         with self.stream:
             self.act_in[:, :nb] = yt
             self.ids[0][:nb] = cupy.asarray(ids)
@@ -315,17 +321,22 @@ class EllLoop:  # pragma: no cover - needs a GPU
                 self.stream.begin_capture()
                 self._launch_layers()
                 self.graph = self.stream.end_capture()
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record(self.stream)
             if self.graph is not None:
                 self.graph.launch(self.stream)
             else:
                 self._launch_layers()
                 self.warm = True
+            stop.record(self.stream)
             self.counts = cupy.asnumpy(self.counts_d, stream=self.stream)  # waits for the layers
             last = len(self.layers)
             keep = self.src[last % 2][: int(self.counts[-1])]
             out = cupy.ascontiguousarray(self.act[(last - 1) % 2][: self.layers[-1][-1]][:, keep])
             kept_ids = cupy.asnumpy(self.ids[last % 2][keep], stream=self.stream)
         self.stream.synchronize()
+        if timings is not None:
+            timings["layers"] = cupy.cuda.get_elapsed_time(start, stop) / 1e3
         return out, kept_ids
 
 

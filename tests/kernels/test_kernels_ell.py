@@ -3,7 +3,10 @@ source compiled for sm_90 (registers, spills, shared memory), and on a GPU the l
 
 from __future__ import annotations
 
+import functools
 import re
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -168,6 +171,151 @@ def test_the_loop_is_chosen_by_argument_or_environment(monkeypatch):
     monkeypatch.setenv("DASKNN_GPU_LOOP", "fast")
     with pytest.raises(ValueError, match="GPU loop must be one of layers, ell, not 'fast'"):
         kernels.gpu.gpu_loop()
+
+
+# --- the loop's host logic, with CuPy stood in for by NumPy and the kernels by the model ----------------------
+
+
+def numpy_cupy(launched: list) -> types.ModuleType:
+    """A stand-in CuPy: NumPy arrays, a stream that records launches while capturing and a graph that replays them,
+    and each ELL kernel run by the NumPy model on the arrays it is handed (views included, as pointers would)."""
+    capturing: list = []
+
+    class Kernel:
+        shared_size_bytes = 64
+
+        def __init__(self, name):
+            self.name, self.max_dynamic_shared_size_bytes = name, 48 * 1024 - 64
+
+        def __call__(self, grid, block, args, shared_mem=0):
+            run = functools.partial(self.run, grid, block, args, shared_mem)
+            if capturing:  # recorded into the graph, not run
+                capturing[-1].append(run)
+                launched.append(f"captured {self.name}")
+            else:
+                launched.append(self.name)
+                run()
+
+        def run(self, grid, block, args, shared_mem):
+            if self.name == "dasknn_ell_compact":
+                alive, count_in, src_in, ids_in, src_out, ids_out, count_out = args
+                assert grid == (1,) and block == (gpu_ell.ELL_COMPACT_THREADS,)
+                src_next, ids_next, count = ell.ell_compact_numpy(alive, int(count_in[0]), src_in, ids_in)
+                src_out[:count], ids_out[: ids_next.size], count_out[0] = src_next, ids_next, count
+                return
+            act, src, count, block_buffers, map_ptr, in_map, warp_ptr, index, value, bias, ymax, out, alive, n_out, cap = args
+            layer = ell.EllLayer(act.shape[0], int(n_out), 0, block_buffers, map_ptr, in_map, warp_ptr, index, value, 0)
+            mb = int(self.name.rsplit("mb", 1)[1])
+            assert grid[0] == layer.blocks and block == (ell.ELL_THREADS,) and cap == act.shape[1] == out.shape[1]
+            assert shared_mem >= np.diff(map_ptr).max() * mb * act.itemsize and value.dtype == act.dtype
+            ell.ell_step_numpy(layer, act, src, int(count[0]), bias, ymax, out, alive)
+
+    class Module:
+        def __init__(self, code, options):
+            assert "dasknn_ell_compact" in code
+
+        def get_function(self, name):
+            return Kernel(name)
+
+    class Graph:
+        def __init__(self, runs):
+            self.runs = runs
+
+        def launch(self, stream=None):
+            launched.append("graph")
+            for run in self.runs:
+                run()
+
+    class Stream:
+        def __init__(self, non_blocking=False):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def begin_capture(self):
+            capturing.append([])
+
+        def end_capture(self):
+            return Graph(capturing.pop())
+
+        def wait_event(self, event):
+            assert isinstance(event, Event)
+
+        def record(self):
+            return Event()
+
+        def synchronize(self):
+            pass
+
+    class Event:
+        def record(self, stream=None):
+            return self
+
+    fake = types.ModuleType("cupy")
+    for name in ("zeros", "arange", "int32", "int64", "ascontiguousarray"):
+        setattr(fake, name, getattr(np, name))
+    fake.asarray = lambda a, dtype=None: np.array(a, dtype=dtype)
+    fake.asnumpy = lambda a, stream=None: np.array(a)
+    fake.RawModule = Module
+    fake.cuda = types.SimpleNamespace(
+        Device=lambda: types.SimpleNamespace(id=0, attributes={"MaxSharedMemoryPerBlockOptin": 227 * 1024}),
+        Stream=Stream, Event=Event, get_current_stream=lambda: Stream(), get_elapsed_time=lambda a, b: 0.0)
+    return fake
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_loop_host_logic_with_numpy_standins(monkeypatch, graph):
+    # EllLoop's buffers (activations, slots, ids, counts, each pair used in turn), its launches in order, the
+    # capture on the second run and the replays after, and the survivors gathered: equal to the CPU loop on three
+    # chunks of different images through one loop (the last one smaller than the loop holds)
+    launched: list = []
+    monkeypatch.setitem(sys.modules, "cupy", numpy_cupy(launched))
+    monkeypatch.setattr(gpu_ell, "_MODULES", {})
+    monkeypatch.setattr(gpu_ell, "_KERNELS", {})
+    n, depth, nb = 300, 5, 40
+    layers = csc_layers(n, depth, seed=41, dtype=np.float32)
+    loop = gpu_ell.EllLoop(gpu_ell.ell_layers(layers, n, np.float32, 8), nb, np.float32, -0.3, 4.0, 8, graph)
+    for run, count in enumerate([nb, nb, 29]):
+        yt = random_activations(n, count, seed=50 + run, dtype=np.float32)
+        ids = np.arange(1000, 1000 + count)
+        launched.clear()
+        times: dict = {}
+        got_yt, got_ids = loop.run(yt, ids, timings=times)
+        want_yt, want_ids = kernels.run_layers(yt, layers, -0.3, 4.0, ids)
+        np.testing.assert_array_equal(got_ids, want_ids)
+        np.testing.assert_array_equal(got_yt, want_yt)
+        assert loop.counts[0] == count and loop.counts[-1] == want_ids.size and "layers" in times
+        kinds = ["dasknn_ell_f32_mb8", "dasknn_ell_compact"] * depth
+        if not graph or run == 0:  # launched one by one (the first run loads every kernel before a capture)
+            assert launched == kinds
+        else:  # captured on the second run, replayed from then on
+            assert launched == ([f"captured {k}" for k in kinds] if run == 1 else []) + ["graph"]
+    with pytest.raises(ValueError, match="holds 40 float32 images of 300 inputs"):
+        loop.run(np.zeros((n, nb + 1), dtype=np.float32), np.arange(nb + 1))
+
+
+def test_run_layers_gpu_by_the_ell_loop_keeps_its_loop(monkeypatch):
+    # run_layers_gpu(loop="ell"): the loop built on the first chunk, kept for the next of the same size and layers,
+    # let go with the kept layers
+    launched: list = []
+    monkeypatch.setitem(sys.modules, "cupy", numpy_cupy(launched))
+    monkeypatch.setattr(gpu_ell, "_MODULES", {})
+    monkeypatch.setattr(gpu_ell, "_KERNELS", {})
+    monkeypatch.setattr(gpu_ell, "_LOOPS", {})
+    layers = csc_layers(300, 3, seed=43, dtype=np.float32)
+    yt = random_activations(300, 50, seed=43, dtype=np.float32)
+    want = kernels.run_layers(yt, layers, -0.3, 4.0, np.arange(50))
+    for _ in range(2):
+        got = kernels.run_layers_gpu(yt, layers, -0.3, 4.0, np.arange(50), loop="ell")
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(got[0], want[0])
+    assert len(gpu_ell._LOOPS) == 1
+    kernels.release_device_layers()
+    assert gpu_ell._LOOPS == {}
 
 
 # --- the source through CUDA's compilers (no GPU needed) -----------------------------------------------------
