@@ -16,7 +16,9 @@ import ipaddress
 import logging
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,9 +148,10 @@ def local_client(
                 from dask_cuda import LocalCUDACluster
             except ImportError:
                 raise DasknnError("--gpu needs CuPy and dask-cuda: pip install 'dasknn[gpu]'") from None
-            cuda = LocalCUDACluster(host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                                    CUDA_VISIBLE_DEVICES=None if workers is None else list(range(workers)),
-                                    silence_logs=logging.ERROR, **secure)
+            cuda = _started_deaf(lambda: LocalCUDACluster(
+                host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                CUDA_VISIBLE_DEVICES=None if workers is None else list(range(workers)),
+                silence_logs=logging.ERROR, **secure), workers=None)
             yield from _run_then_close(cuda, security)
             return
         if scheduler:
@@ -171,19 +174,89 @@ def local_client(
         n = workers or max(1, (os.cpu_count() or 1) // max(1, threads_per_worker))
         if n < 1 or threads_per_worker < 1:
             raise DasknnError("--workers and --threads-per-worker must be at least 1")
-        cluster = LocalCluster(
-            n_workers=n,
-            threads_per_worker=threads_per_worker,
-            processes=True,
-            host="127.0.0.1",
-            # the scheduler's HTTP routes (and the dashboard, where bokeh is installed) on a free local port: a
-            # fixed 8787 collides with any other cluster on the machine
-            dashboard_address="127.0.0.1:0",
-            memory_limit=memory_limit,
-            silence_logs=logging.ERROR,
-            **secure,
-        )
+        cluster = _started_deaf(lambda: LocalCluster(
+                n_workers=n,
+                threads_per_worker=threads_per_worker,
+                processes=True,
+                host="127.0.0.1",
+                # the scheduler's HTTP routes (and the dashboard, where bokeh is installed) on a free local port: a
+                # fixed 8787 collides with any other cluster on the machine
+                dashboard_address="127.0.0.1:0",
+                memory_limit=memory_limit,
+                silence_logs=logging.ERROR,
+                preload=[__name__],  # dask_setup: a worker restarted after a loss deaf to Ctrl-C too
+                **secure,
+            ), workers=n)
         yield from _run_then_close(cluster, security)
+
+
+#: Seconds a local cluster's worker processes may take to be spawned (not started) while Ctrl-C is ignored.
+SPAWN_SECONDS = 10.0
+
+
+def _started_deaf(make, workers: int | None):
+    """``make()``, a local cluster, with its ``workers`` worker processes deaf to the terminal's Ctrl-C.
+
+    Ctrl-C on a terminal signals every process of its group: a worker that took it printed a 33-line
+    ``KeyboardInterrupt`` traceback as it died (issue 42). SIGINT ignored when a process is spawned stays ignored
+    in the Python it runs, so the cluster is made in a thread while this one ignores SIGINT until ``workers`` new
+    worker processes exist (all of the cluster's, for None), then hears it again and waits for the cluster: only
+    this process acts on an interrupt, closing the cluster in order on its way out (a worker a nanny starts again
+    after a loss is made deaf by :func:`dask_setup`). Elsewhere than the main thread nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return make()
+    made: dict = {}
+
+    def build() -> None:
+        try:
+            made["cluster"] = make()
+        except BaseException as e:  # raised again in this thread
+            made["error"] = e
+
+    thread = threading.Thread(target=build, name="dasknn-local-cluster", daemon=True)
+    before = _spawned()
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        thread.start()
+        deadline = time.monotonic() + SPAWN_SECONDS
+        while (thread.is_alive() and time.monotonic() < deadline
+               and (workers is None or len(_spawned() - before) < workers)):
+            time.sleep(0.01)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    try:
+        while thread.is_alive():
+            thread.join(0.1)
+    except KeyboardInterrupt:
+        thread.join()
+        if "cluster" in made:
+            made["cluster"].close()
+        raise
+    if "error" in made:
+        raise made["error"]
+    return made["cluster"]
+
+
+def _spawned() -> set[int]:
+    # this process's children running multiprocessing's spawn (a nanny's worker, once it has started Python)
+    import psutil
+
+    pids = set()
+    for child in psutil.Process().children():
+        try:
+            if any("spawn_main" in part for part in child.cmdline()):
+                pids.add(child.pid)
+        except psutil.Error:  # gone, or not yet readable
+            pass
+    return pids
+
+
+def dask_setup(worker) -> None:
+    """The local cluster's workers' preload (this module, named in :func:`local_client`): the terminal's Ctrl-C is
+    not theirs to act on (see :func:`_started_deaf`)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _refused(address: str) -> str | None:
@@ -249,7 +322,7 @@ def _run_then_close(cluster, security) -> Iterator:
     """Yield a client of ``cluster``; then close in order: the client, the workers, the scheduler (a generator to
     delegate to).
 
-    After a run that ended normally the workers' heartbeats are stopped and drained first (see
+    However the run ended (an interrupt too), the workers' heartbeats are stopped and drained first (see
     :func:`_stop_heartbeat`), so closing them interrupts no message to the scheduler. Nothing is silenced: an
     error logged while closing is still printed.
     """
@@ -262,13 +335,15 @@ def _run_then_close(cluster, security) -> Iterator:
         # scheduler, if no worker of its name is registered at that moment; a client.restart() under way then
         # (its workers out, not yet back) lost the nannies and the restart never returned (dask/distributed#7312).
         # A local cluster's nannies restart their workers themselves: they are closed with the cluster instead.
-        with dask.config.set({"distributed.deploy.lost-worker-timeout": LOST_WORKER_TIMEOUT}):
-            yield client
-        timings.enter("cluster stop")
         try:
-            client.run(_stop_heartbeat, on_error="ignore")
-        except Exception:  # a worker gone already: it has no heartbeat left to stop
-            pass
+            with dask.config.set({"distributed.deploy.lost-worker-timeout": LOST_WORKER_TIMEOUT}):
+                yield client
+        finally:
+            timings.enter("cluster stop")
+            try:
+                client.run(_stop_heartbeat, on_error="ignore")
+            except Exception:  # a worker gone already: it has no heartbeat left to stop
+                pass
 
 
 def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
