@@ -196,6 +196,9 @@ class Bench:
 
     def record(self, name: str, seconds: float, cats: np.ndarray, count: int, edges: int, want: np.ndarray,
                note: str = "") -> None:
+        from dasknn.kernels.gpu import gpu_loop
+
+        name = f"{name} [ELL loop]" if gpu_loop() == "ell" else name
         rate = count * edges / seconds
         self.rates[name] = rate
         wrong = np.setxor1d(cats, want).size
@@ -298,7 +301,11 @@ def main() -> None:
     ap.add_argument("--check-work", type=int, default=2**20,
                     help="images x neurons checked against the SciPy reference per generated network")
     ap.add_argument("--skip", default="", help="comma list of sections to skip: " + ",".join(SECTIONS))
+    ap.add_argument("--gpu-loop", choices=("layers", "ell"), default=None,
+                    help="the GPU loop every section runs, the engine's workers included (DASKNN_GPU_LOOP; issue 44)")
     args = ap.parse_args()
+    if args.gpu_loop:
+        os.environ["DASKNN_GPU_LOOP"] = args.gpu_loop  # before the cluster starts: its workers inherit it
 
     n_gpu, why = gpu_count()
     if n_gpu == 0:

@@ -108,9 +108,13 @@ if [ "$step" = ell ]; then
         echo "ncu: not found"
     fi
     echo "== bench ($(($(date +%s) - start)) s): the ELL loop against today's"
-    timeout $(($(left) - 10)) python3 benchmarks/bench_gpu_kernels.py --data "$DATA" --sections ell,generated \
+    timeout $(($(left) - 120)) python3 benchmarks/bench_gpu_kernels.py --data "$DATA" --sections ell,generated \
         --repeats 5 --generated "${ELL_GENERATED:-4096,16384}" --gen-images 60000
     rc=$?; echo "bench exit: $rc after $(($(date +%s) - start)) s"; [ $rc -eq 0 ] || status=1
+    echo "== the ELL loop through Dask ($(($(date +%s) - start)) s): plain loop and engine, float32 and float64"
+    timeout $(($(left) - 5)) python3 benchmarks/bench_gpu.py --data "$DATA" --repeats 5 --skip generated,cupyx \
+        --engine-dtypes float32,float64 --gpu-loop ell
+    rc=$?; echo "engine exit: $rc after $(($(date +%s) - start)) s"; [ $rc -eq 0 ] || status=1
     exit $status
 fi
 

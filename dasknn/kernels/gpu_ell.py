@@ -14,6 +14,7 @@ Nothing here imports CuPy at module level; the source below is compiled by NVRTC
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -241,6 +242,15 @@ def ell_kernel(name: str) -> tuple[Any, int]:  # pragma: no cover - needs a GPU
     return compiled_kernel(name, ell_cuda_code, _MODULES, _KERNELS)
 
 
+def device_layout(layer: EllLayer, dtype) -> tuple:  # pragma: no cover - needs a GPU
+    """``layer``'s arrays on the device as the layer kernel takes them, and its outputs."""
+    import cupy
+
+    return (cupy.asarray(layer.block_buffers), cupy.asarray(layer.map_ptr), cupy.asarray(layer.map),
+            cupy.asarray(layer.warp_ptr), cupy.asarray(layer.index), cupy.asarray(layer.value, dtype=dtype),
+            layer.n_out)
+
+
 class EllLoop:  # pragma: no cover - needs a GPU
     """A chunk's whole loop on the device for up to ``capacity`` images: ELL layers resident, buffers of fixed
     address, and (``graph=True``) the layers' launches captured once in a CUDA graph.
@@ -251,13 +261,14 @@ class EllLoop:  # pragma: no cover - needs a GPU
     """
 
     def __init__(self, layers: Sequence[EllLayer], capacity: int, dtype, bias: float, ymax: float,
-                 minibatch: int, graph: bool = True):
+                 minibatch: int, graph: bool = True, device: Sequence[tuple] | None = None):
         import cupy
 
         self.dtype = np.dtype(dtype)
         self.capacity, self.minibatch, self.graph_wanted = int(capacity), int(minibatch), graph
         self.bias, self.ymax = self.dtype.type(bias), self.dtype.type(ymax)
-        self.layers = [self._to_device(layer) for layer in layers]
+        self.layers = list(device) if device is not None else [device_layout(x, self.dtype) for x in layers]
+        self.lock = threading.Lock()  # one chunk at a time: the buffers and the graph are the loop's own
         self.launches = [ell_launch(layer, capacity, self.dtype.itemsize, minibatch) for layer in layers]
         for launch in self.launches:
             limit = ell_kernel(launch.kernel)[1]
@@ -276,13 +287,6 @@ class EllLoop:  # pragma: no cover - needs a GPU
         self.graph = None
         self.warm = False  # the first run launches without capture: every kernel is loaded before one
         self.counts: np.ndarray | None = None
-
-    def _to_device(self, layer: EllLayer) -> tuple:
-        import cupy
-
-        return (cupy.asarray(layer.block_buffers), cupy.asarray(layer.map_ptr), cupy.asarray(layer.map),
-                cupy.asarray(layer.warp_ptr), cupy.asarray(layer.index), cupy.asarray(layer.value, dtype=self.dtype),
-                layer.n_out)
 
     def _launch_layers(self) -> None:
         """Every layer's launch and compaction, on the current stream (recorded once when capturing)."""
@@ -312,7 +316,7 @@ class EllLoop:  # pragma: no cover - needs a GPU
                              f"not {nb} {yt.dtype} of {n_in}")
         # the loop's stream does not wait for the default one by itself: it waits for whatever made yt
         self.stream.wait_event(cupy.cuda.get_current_stream().record())
-        with self.stream:
+        with self.lock, self.stream:
             self.act_in[:, :nb] = yt
             self.ids[0][:nb] = cupy.asarray(ids)
             self.src[0][...] = self.first_src
@@ -334,34 +338,66 @@ class EllLoop:  # pragma: no cover - needs a GPU
             keep = self.src[last % 2][: int(self.counts[-1])]
             out = cupy.ascontiguousarray(self.act[(last - 1) % 2][: self.layers[-1][-1]][:, keep])
             kept_ids = cupy.asnumpy(self.ids[last % 2][keep], stream=self.stream)
-        self.stream.synchronize()
+            self.stream.synchronize()  # (the buffers are free for the next chunk)
         if timings is not None:
             timings["layers"] = cupy.cuda.get_elapsed_time(start, stop) / 1e3
         return out, kept_ids
 
 
-_LOOPS: dict[tuple, tuple[list, EllLoop]] = {}  # (layers' data ids, capacity, dtype, minibatch) -> (layers, loop)
+#: ELL loops kept between chunks, the least recently used dropped past this many (with folding on, a chunk runs
+#: its layers in several runs between looks, each a loop of its own).
+ELL_KEPT_LOOPS = 16
+#: Layers' ELL forms kept (host and device), the least recently used dropped past this many: two 120-layer
+#: networks' worth; layers streamed anew every chunk would otherwise pile up.
+ELL_KEPT_LAYOUTS = 256
+_LAYOUTS: dict[tuple, tuple[Any, EllLayer, tuple]] = {}  # (id(data), n_in, dtype, minibatch) -> (data, ELL, device)
+_LOOPS: dict[tuple, tuple[list, EllLoop]] = {}  # (layers' data ids, dtype, minibatch, ...) -> (layers, loop)
+
+
+def kept_layouts(layers: Sequence[tuple], n_in: int, dtype: np.dtype,
+                 minibatch: int) -> tuple[list[EllLayer], list[tuple]]:  # pragma: no cover - needs a GPU
+    """Each layer's ELL form and its device copy, built once per layer (by its weights array, kept alive with
+    them so that its id is not reused) whichever runs of layers and chunk sizes ask for it."""
+    host, device = [], []
+    for indptr, indices, data in layers:
+        key = (id(data), n_in, dtype.str, minibatch)
+        kept = _LAYOUTS.pop(key, None)
+        if kept is None:
+            layout = ell_layers([(indptr, indices, data)], n_in, dtype, minibatch)[0]
+            kept = (data, layout, device_layout(layout, dtype))
+        _LAYOUTS[key] = kept  # the most recently used last
+        host.append(kept[1])
+        device.append(kept[2])
+        n_in = kept[1].n_out
+    while len(_LAYOUTS) > ELL_KEPT_LAYOUTS:
+        _LAYOUTS.pop(next(iter(_LAYOUTS)))
+    return host, device
 
 
 def run_layers_ell(yt, layers, bias: float, ymax: float, ids: np.ndarray,
                    minibatch: int | None = None, graph: bool = True):  # pragma: no cover - needs a GPU
-    """:func:`dasknn.kernels.gpu.run_layers_gpu`'s result by the ELL loop: the layers' ELL form and the loop (its
-    buffers, its graph) are built on the first chunk and kept for the next of the same size and layers."""
+    """:func:`dasknn.kernels.gpu.run_layers_gpu`'s result by the ELL loop. The layers' ELL forms are built once
+    (:func:`kept_layouts`); a loop (its buffers, its graph) once per run of layers, and reused by every later chunk
+    of those layers that it holds (a smaller one included)."""
     layers = list(layers)
     if yt.shape[1] == 0 or not layers:
         return yt, np.asarray(ids)
     dtype = np.dtype(yt.dtype)
     mb = ELL_DEFAULT_MINIBATCH[dtype.itemsize] if minibatch is None else minibatch
-    key = (tuple(id(layer[2]) for layer in layers), yt.shape[1], dtype.str, mb, graph, float(bias), float(ymax))
-    if key not in _LOOPS:
-        if len(_LOOPS) >= 4:
-            _LOOPS.pop(next(iter(_LOOPS)))  # the oldest: a stream of other layers or sizes
-        ell = ell_layers(layers, yt.shape[0], dtype, mb)
+    key = (tuple(id(layer[2]) for layer in layers), yt.shape[0], dtype.str, mb, graph, float(bias), float(ymax))
+    kept = _LOOPS.pop(key, None)
+    if kept is None or kept[1].capacity < yt.shape[1]:
+        kept = None  # a larger chunk than the loop holds: its buffers are let go before new ones are made
+        host, device = kept_layouts(layers, yt.shape[0], dtype, mb)
         # the layers are held with the loop so that their ids, the key, are not reused by other arrays
-        _LOOPS[key] = (layers, EllLoop(ell, yt.shape[1], dtype, bias, ymax, mb, graph))
-    return _LOOPS[key][1].run(yt, ids)
+        kept = (layers, EllLoop(host, yt.shape[1], dtype, bias, ymax, mb, graph, device))
+    _LOOPS[key] = kept  # the most recently used last
+    while len(_LOOPS) > ELL_KEPT_LOOPS:
+        _LOOPS.pop(next(iter(_LOOPS)))
+    return kept[1].run(yt, ids)
 
 
 def release_ell_loops() -> None:
-    """Free every kept ELL loop (its layers, buffers and graph)."""
+    """Free every kept ELL loop (its layers, buffers and graph) and layout."""
     _LOOPS.clear()
+    _LAYOUTS.clear()

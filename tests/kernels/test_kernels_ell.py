@@ -298,24 +298,26 @@ def test_loop_host_logic_with_numpy_standins(monkeypatch, graph):
         loop.run(np.zeros((n, nb + 1), dtype=np.float32), np.arange(nb + 1))
 
 
-def test_run_layers_gpu_by_the_ell_loop_keeps_its_loop(monkeypatch):
-    # run_layers_gpu(loop="ell"): the loop built on the first chunk, kept for the next of the same size and layers,
-    # let go with the kept layers
+def test_run_layers_gpu_by_the_ell_loop_keeps_its_loops(monkeypatch):
+    # run_layers_gpu(loop="ell") in runs of layers, as the loop between folding's looks calls it: each layer's ELL
+    # form built once, a loop for each run kept and reused by a smaller chunk, replaced for a larger one, all let
+    # go with the kept layers
     launched: list = []
     monkeypatch.setitem(sys.modules, "cupy", numpy_cupy(launched))
-    monkeypatch.setattr(gpu_ell, "_MODULES", {})
-    monkeypatch.setattr(gpu_ell, "_KERNELS", {})
-    monkeypatch.setattr(gpu_ell, "_LOOPS", {})
-    layers = csc_layers(300, 3, seed=43, dtype=np.float32)
-    yt = random_activations(300, 50, seed=43, dtype=np.float32)
-    want = kernels.run_layers(yt, layers, -0.3, 4.0, np.arange(50))
-    for _ in range(2):
-        got = kernels.run_layers_gpu(yt, layers, -0.3, 4.0, np.arange(50), loop="ell")
+    for cache in ("_MODULES", "_KERNELS", "_LOOPS", "_LAYOUTS"):
+        monkeypatch.setattr(gpu_ell, cache, {})
+    layers = csc_layers(300, 5, seed=43, dtype=np.float32)
+    for nb in (50, 50, 20, 60):
+        yt = random_activations(300, nb, seed=nb, dtype=np.float32)
+        want = kernels.run_layers(yt, layers, -0.3, 4.0, np.arange(nb))
+        got_yt, got_ids = kernels.run_layers_gpu(yt, layers[:2], -0.3, 4.0, np.arange(nb), loop="ell")
+        got = kernels.run_layers_gpu(got_yt, layers[2:], -0.3, 4.0, got_ids, loop="ell")
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0], want[0])
-    assert len(gpu_ell._LOOPS) == 1
+        assert len(gpu_ell._LOOPS) == 2 and len(gpu_ell._LAYOUTS) == 5
+        assert max(loop.capacity for _, loop in gpu_ell._LOOPS.values()) == max(50, nb)
     kernels.release_device_layers()
-    assert gpu_ell._LOOPS == {}
+    assert gpu_ell._LOOPS == {} and gpu_ell._LAYOUTS == {}
 
 
 # --- the source through CUDA's compilers (no GPU needed) -----------------------------------------------------
