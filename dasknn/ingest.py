@@ -19,6 +19,7 @@ def import_network(
     ymax: float = 32.0,
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
+    any_name: bool = False,
 ) -> Path:
     """Import a GraphChallenge network (directory or tar.gz), and optionally its inputs and truth, into a store.
 
@@ -53,8 +54,9 @@ def import_network(
     neurons, depth, layer_iter = io.iter_network_layers(network, layers)
     if truth and not inputs:
         raise DasknnError("--truth needs --inputs")
-    images = io.read_images(inputs, neurons=neurons) if inputs else None
-    cats = io.checked_truth(truth, images.shape[0], neurons, depth) if truth and images is not None else None
+    images = io.read_images(inputs, neurons=neurons, any_name=any_name) if inputs else None
+    cats = (io.checked_truth(truth, images.shape[0], neurons, depth, any_name) if truth and images is not None
+            else None)
     b = challenge_bias(neurons) if bias is None else bias
     with store.StoreWriter(out, neurons, depth, b, ymax, source=os.fspath(network), overwrite=overwrite) as w:
         for k, layer in enumerate(layer_iter, start=1):

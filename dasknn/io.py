@@ -485,13 +485,18 @@ def read_network(
     return Network(layers=list(it), bias=b, ymax=ymax, source=os.fspath(path))
 
 
-def read_images(path: str | os.PathLike[str], neurons: int | None = None, images: int | None = None) -> sp.csr_matrix:
+def read_images(path: str | os.PathLike[str], neurons: int | None = None, images: int | None = None,
+                any_name: bool = False) -> sp.csr_matrix:
     """Read ``sparse-images-{N}.tsv[.gz]`` into an ``images x N`` CSR matrix (rows are images).
 
-    ``neurons`` defaults to the ``N`` in the file name; ``images`` to the largest image index.
+    ``neurons`` (the network's width) defaults to the ``N`` in the file name; given, a name that says another
+    width is refused (a 1024-wide batch against a 4096-wide network ran to 0 categories), unless ``any_name``.
+    ``images`` defaults to the largest image index.
     """
     name = Path(path).name
     pixel_beyond = _PIXEL_BEYOND
+    if neurons is not None:
+        check_name(path, "images", neurons, any_name=any_name)
     if neurons is None:
         m = IMAGES_NAME.search(name)
         if m is None:
@@ -523,8 +528,45 @@ def read_categories(path: str | os.PathLike[str], images: int | None = None) -> 
     return out
 
 
+#: The option of the command line that reads a file whatever its name says (see :func:`check_name`).
+ANY_NAME_OPTION = "--any-name"
+
+
+def check_name(path: str | os.PathLike[str], what: str, neurons: int, layers: int | None = None,
+               any_name: bool = False) -> None:
+    """Refuse, in one line, a GraphChallenge file whose name says another network than ``neurons`` x ``layers``:
+    ``sparse-images-{N}`` another width, ``neuron{N}-l{L}-categories`` another width or depth.
+
+    ``what`` names the file's kind in the message ("images", "a truth"); ``any_name`` (the user's word that the
+    file is right whatever its name says: ``--any-name``) skips the check. A name of another pattern says nothing.
+    """
+    if any_name:
+        return
+    name = Path(path).name
+    truth = CATEGORIES_NAME.search(name)
+    if truth is not None and layers is not None and (int(truth.group(1)), int(truth.group(2))) != (neurons, layers):
+        raise DasknnError(f"its name says {truth.group(1)} neurons x {truth.group(2)} layers, but the network has "
+                          f"{neurons} neurons x {layers} layers: {what} for another network", path)
+    images = IMAGES_NAME.search(name)
+    if images is not None and int(images.group(1)) != neurons:
+        raise DasknnError(f"its name says {images.group(1)} neurons, but the network has {neurons}: {what} for "
+                          f"another network ({ANY_NAME_OPTION} reads it anyway)", path)
+
+
+def narrow_images(path: str | os.PathLike[str], images: sp.csr_matrix) -> str | None:
+    """A one-line warning where no image of ``images`` (read from ``path`` for a network as wide as its columns)
+    has a nonzero beyond the first quarter of the network's width: images made for a narrower network, by the
+    look of it (they run, and may end with no category at all). None where some image reaches further."""
+    neurons = images.shape[1]
+    if images.nnz and int(images.indices.max()) >= neurons // 4:
+        return None
+    return (f"{os.fspath(path)}: no image has a nonzero beyond the first {neurons // 4} of the network's {neurons} "
+            f"neurons: images for a narrower network?")
+
+
 def checked_truth(
-    truth: np.ndarray | str | os.PathLike[str], images: int | None, neurons: int, layers: int
+    truth: np.ndarray | str | os.PathLike[str], images: int | None, neurons: int, layers: int,
+    any_name: bool = False,
 ) -> np.ndarray:
     """The expected categories of a batch, refused in one line where they cannot be its network's and batch's.
 
@@ -539,7 +581,9 @@ def checked_truth(
         The number of images of the batch as stored or given (before ``--batch`` takes the first ones); ``None``
         where it is not known.
     neurons, layers
-        The network's width and depth, which a file's name must not contradict.
+        The network's width and depth, which a file's name must not contradict (:func:`check_name`).
+    any_name
+        Read the file whatever its name says.
 
     Returns
     -------
@@ -557,10 +601,7 @@ def checked_truth(
             bad = indices[0] if indices[0] < 0 else indices[-1]
             raise DasknnError(f"truth: image index {bad} (0-based) is not one of the batch's {images} images")
         return indices
-    named = CATEGORIES_NAME.search(Path(truth).name)
-    if named is not None and (int(named.group(1)), int(named.group(2))) != (neurons, layers):
-        raise DasknnError(f"its name says {named.group(1)} neurons x {named.group(2)} layers, but the network has "
-                          f"{neurons} neurons x {layers} layers: a truth for another network", truth)
+    check_name(truth, "a truth", neurons, layers, any_name)
     return read_categories(truth, images)
 
 

@@ -37,7 +37,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     bar = Progress(0, "import", not args.json)
     try:
         out = import_network(args.network, args.out, args.inputs, args.truth, args.layers, args.bias, args.ymax,
-                             args.overwrite, progress=bar.to)
+                             args.overwrite, progress=bar.to, any_name=args.any_name)
     finally:
         bar.close()
     s = open_store(out)
@@ -114,6 +114,9 @@ def add_data_parsers(sub) -> None:
     i.add_argument("--out", required=True, help="the store to write (STORE.zarr)")
     i.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] to store with the network")
     i.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv to store with the inputs")
+    i.add_argument("--any-name", action="store_true",
+                   help="read --inputs and --truth files whose names (sparse-images-{N}, neuron{N}-l{L}-categories) "
+                        "say another network's width or depth (refused by default)")
     i.add_argument("--layers", type=int, help="import only the first LAYERS layers")
     i.add_argument("--bias", type=float, help="layer bias (default: the challenge's for N)")
     i.add_argument("--ymax", type=float, default=32.0, help="activation clamp (default 32)")

@@ -73,11 +73,14 @@ def prepared_infer(args: argparse.Namespace) -> Iterator[Prepared]:
         elif is_store(args.inputs):
             inputs = location(args.inputs)
         else:
-            inputs = write_inputs_store(Path(tmp) / "inputs.zarr", io.read_images(args.inputs, neurons=shape.neurons),
-                                        source=os.fspath(args.inputs))
+            rows = io.read_images(args.inputs, neurons=shape.neurons, any_name=args.any_name)
+            narrow = io.narrow_images(args.inputs, rows)
+            if narrow:
+                print(f"dasknn: warning: {narrow}", file=sys.stderr, flush=True)
+            inputs = write_inputs_store(Path(tmp) / "inputs.zarr", rows, source=os.fspath(args.inputs))
         engine.checked_arguments(network, inputs, options_of(args))
         stored = open_inputs(inputs)
-        truth = (io.checked_truth(args.truth, stored.images, shape.neurons, shape.depth) if args.truth
+        truth = (io.checked_truth(args.truth, stored.images, shape.neurons, shape.depth, args.any_name) if args.truth
                  else stored.truth(args.dtype))
         yield Prepared(network, inputs, truth, notes)
 
@@ -227,6 +230,9 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--network", help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
     f.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] or a store (default: the network store's inputs)")
     f.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv (default: the truth stored with the inputs)")
+    f.add_argument("--any-name", action="store_true",
+                   help="read --inputs and --truth files whose names (sparse-images-{N}, neuron{N}-l{L}-categories) "
+                        "say another network's width or depth (refused by default)")
     f.add_argument("--batch", type=int, help="use only the first BATCH images")
     f.add_argument("--mode", choices=INFERENCE, default="auto",
                    help="data: every worker runs every layer on its images; model: the layers are partitioned "

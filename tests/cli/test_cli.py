@@ -527,3 +527,58 @@ def test_a_partial_left_by_a_dead_writer_is_removed_by_the_next_write(out, tmp_p
     code, _, err = run(["generate", "--neurons", "64", "--layers", "2", "--bias", "-0.3", "--out", out], capsys)
     assert code == 0, err
     assert not stale.exists() and live.exists() and target.exists()
+
+
+@pytest.fixture(scope="module")
+def wide_store(tmp_path_factory) -> str:
+    """A 4096-wide network of 2 layers (no images)."""
+    out = tmp_path_factory.mktemp("wide") / "wide.zarr"
+    assert main(["generate", "--neurons", "4096", "--layers", "2", "--out", str(out)]) == 0
+    return str(out)
+
+
+def test_images_named_for_another_width_are_refused_unless_the_user_says_so(wide_store, slice_paths, no_cluster,
+                                                                            capsys, tmp_path):
+    import shutil
+
+    # the published 1024-wide images against a 4096-wide network: they once ran to "0 categories", exit 0
+    images = tmp_path / "sparse-images-1024.tsv.gz"
+    shutil.copy(slice_paths["images"], images)
+    code, _, err = run(["infer", "--network", wide_store, "--inputs", str(images)], capsys)
+    assert code == 2 and err == (f"dasknn: error: {images}: its name says 1024 neurons, but the network has 4096: "
+                                 f"images for another network (--any-name reads it anyway)\n")
+    # import checks them the same way (a 4096-named batch with the 1024-wide slice)
+    wide = tmp_path / "sparse-images-4096.tsv.gz"
+    shutil.copy(slice_paths["images"], wide)
+    code, _, err = run(["import", str(slice_paths["network"]), "--inputs", str(wide), "--out",
+                        str(tmp_path / "x.zarr")], capsys)
+    assert code == 2 and err == (f"dasknn: error: {wide}: its name says 4096 neurons, but the network has 1024: "
+                                 f"images for another network (--any-name reads it anyway)\n")
+    assert run(["import", str(slice_paths["network"]), "--inputs", str(wide), "--out", str(tmp_path / "x.zarr"),
+                "--any-name"], capsys)[0] == 0
+    # the user's word (--any-name), or a name that says nothing: read, with one line saying they look narrow
+    warning = (f"dasknn: warning: {{}}: no image has a nonzero beyond the first 1024 of the network's 4096 neurons: "
+               f"images for a narrower network?\n")
+    renamed = tmp_path / "batch.tsv.gz"
+    shutil.copy(slice_paths["images"], renamed)
+    for argv, path in ((["--inputs", str(images), "--any-name"], images), (["--inputs", str(renamed)], renamed)):
+        with pytest.raises(AssertionError, match="a Dask cluster or client was started"):
+            run(["infer", "--network", wide_store, *argv], capsys)
+        assert capsys.readouterr().err == warning.format(path)
+
+
+def test_a_file_name_is_checked_against_the_network_in_one_place(slice_paths, tmp_path):
+    from dasknn.errors import DasknnError
+
+    path = tmp_path / "sparse-images-1024.tsv"
+    io.write_images(path, io.read_images(slice_paths["images"])[:3])
+    with pytest.raises(DasknnError, match="its name says 1024 neurons, but the network has 2048: images"):
+        io.read_images(path, neurons=2048)
+    assert io.read_images(path, neurons=2048, any_name=True).shape == (3, 2048)
+    assert io.read_images(path).shape == (3, 1024)  # the width from the name
+    # the truth's check is the same helper, with its own override
+    truth = tmp_path / "neuron1024-l120-categories.tsv"
+    truth.write_text("1\n")
+    with pytest.raises(DasknnError, match="1024 neurons x 120 layers, but the network has 1024 neurons x 12 layers"):
+        io.checked_truth(truth, 3, 1024, 12)
+    assert list(io.checked_truth(truth, 3, 1024, 12, any_name=True)) == [0]
