@@ -37,6 +37,12 @@ def minibatches(spec: str, itemsize: int) -> list[int]:
     return [m for m in asked if m in have]
 
 
+def budgets(args) -> list[int]:
+    """The shared memory a block's buffer may take, KiB, of ``--ell-shared-kib`` (a whole footprint in one buffer
+    pads nothing; a smaller buffer lets more blocks share a multiprocessor)."""
+    return [int(x) for x in args.ell_shared_kib.split(",") if x]
+
+
 def timed_runs(fn, repeats: int) -> float:  # pragma: no cover - needs a GPU
     """Median seconds of ``fn`` after one warm-up, the device synchronised around each run."""
     import cupy
@@ -53,9 +59,9 @@ def timed_runs(fn, repeats: int) -> float:  # pragma: no cover - needs a GPU
 
 
 def compare_loops(label: str, y0, layers_d, layers_h, bias: float, ymax: float, edges: int, args,
-                  mbs: list[int], truth=None) -> None:  # pragma: no cover - needs a GPU
-    """Today's loop and the ELL loop for each minibatch of ``mbs`` and graph setting on the dense input ``y0`` (on
-    the GPU), one table row each as measured."""
+                  mbs: list[int], kibs: list[int], truth=None) -> None:  # pragma: no cover - needs a GPU
+    """Today's loop and the ELL loop for each buffer size of ``kibs`` (KiB), minibatch of ``mbs`` and graph
+    setting on the dense input ``y0`` (on the GPU), one table row each as measured."""
     import cupy
 
     from dasknn import kernels
@@ -75,10 +81,11 @@ def compare_loops(label: str, y0, layers_d, layers_h, bias: float, ymax: float, 
           f"| {wrong} |", flush=True)
     want_host = cupy.asnumpy(want_yt)
     del want_yt
-    for mb in mbs:
+    for kib, mb in ((kib, mb) for kib in kibs for mb in mbs if mb * dtype.itemsize <= kib * 1024):
         t0 = time.perf_counter()
-        lays = gpu_ell.ell_layers(layers_h, y0.shape[0], dtype, mb)
+        lays = gpu_ell.ell_layers(layers_h, y0.shape[0], dtype, mb, kib * 1024)
         built = time.perf_counter() - t0
+        padding = np.mean([x.padding for x in lays])
         for graph in (False, True):
             loop = gpu_ell.EllLoop(lays, n, dtype, bias, ymax, mb, graph)
             loop.run(y0, ids)  # the first run loads the kernels; with graph, the second captures
@@ -87,14 +94,16 @@ def compare_loops(label: str, y0, layers_d, layers_h, bias: float, ymax: float, 
             got_yt, got_ids = loop.run(y0, ids, timings=parts)
             same = bool(np.array_equal(got_ids, want_ids) and np.array_equal(cupy.asnumpy(got_yt), want_host))
             wrong = "" if truth is None else np.setxor1d(got_ids, truth).size
-            print(f"| {label}, ELL loop (layout {built:.1f} s) | {dtype} | {mb} | {graph} | {n} | {s * 1e3:.2f} "
+            print(f"| {label}, ELL loop ({kib} KiB buffers, {padding:.0%} padding; layout {built:.1f} s) | {dtype} "
+                  f"| {mb} | {graph} | {n} | {s * 1e3:.2f} "
                   f"| {parts['layers'] * 1e3:.2f} | {n * edges / s / 1e12:.2f} | {same} | {wrong} |", flush=True)
             del loop, got_yt
             cupy.get_default_memory_pool().free_all_blocks()
 
 
 def section_ell(args, net, images, truth) -> None:  # pragma: no cover - needs a GPU
-    """The real network, ``--images`` images, each dtype of ``--ell-dtypes``."""
+    """The real network, ``--images`` images, each dtype of ``--ell-dtypes`` (its footprints fit any buffer: the
+    first size of ``--ell-shared-kib`` only)."""
     from bench_gpu import dense_on_device, device_layers
 
     print(f"\n4. the ELL loop against today's, real n1024-l120\n{HEAD}\n|" + "---|" * 10, flush=True)
@@ -103,7 +112,7 @@ def section_ell(args, net, images, truth) -> None:  # pragma: no cover - needs a
         layers_d = device_layers(net, dtype)
         y0 = dense_on_device(images, dtype)
         compare_loops("n1024-l120", y0, layers_d, layers_d, net.bias, net.ymax, net.edges, args,
-                      minibatches(args.minibatches, dtype.itemsize), truth)
+                      minibatches(args.minibatches, dtype.itemsize), budgets(args)[:1], truth)
         del y0, layers_d
 
 
@@ -126,7 +135,7 @@ def section_generated(args) -> None:  # pragma: no cover - needs a GPU
         y0 = dense_on_device(gimages, f32)
         host = [(w.indptr, w.indices, w.data.astype(f32)) for w in gnet.layers]
         compare_loops(f"generated {neurons} x 120", y0, layers_d, host, gnet.bias, gnet.ymax, gnet.edges, args,
-                      minibatches(str(args.gen_minibatch), 4))
+                      minibatches(str(args.gen_minibatch), 4), budgets(args))
         del y0, layers_d
         cupy.get_default_memory_pool().free_all_blocks()
 
@@ -178,14 +187,15 @@ def dry_run(args, net, images, truth) -> None:
             raise SystemExit("dry run: the ELL model differs from the CPU loop")
     for neurons in [int(x) for x in args.generated.split(",") if x]:
         gnet = generate.network(neurons, 2)
-        t0 = time.perf_counter()
-        lays = gpu_ell.ell_layers([(w.indptr, w.indices, w.data) for w in gnet.layers], neurons, np.float32,
-                                  args.gen_minibatch)
-        per = (time.perf_counter() - t0) / 2
-        launch = gpu_ell.ell_launch(lays[0], args.gen_images, 4, args.gen_minibatch)
-        print(f"  generated {neurons}: layout {per:.2f} s a layer (about {120 * per:.0f} s for 120 here), "
-              f"{int(np.diff(lays[0].block_buffers).max())} buffers a block, padding {lays[0].padding:.3f}, "
-              f"grid {launch.grid}, {launch.shared_bytes} B shared", flush=True)
+        for kib in budgets(args):
+            t0 = time.perf_counter()
+            lays = gpu_ell.ell_layers([(w.indptr, w.indices, w.data) for w in gnet.layers], neurons, np.float32,
+                                      args.gen_minibatch, kib * 1024)
+            per = (time.perf_counter() - t0) / 2
+            launch = gpu_ell.ell_launch(lays[0], args.gen_images, 4, args.gen_minibatch)
+            print(f"  generated {neurons}, {kib} KiB buffers: layout {per:.2f} s a layer (about {120 * per:.0f} s "
+                  f"for 120 here), {int(np.diff(lays[0].block_buffers).max())} buffers a block, padding "
+                  f"{lays[0].padding:.3f}, grid {launch.grid}, {launch.shared_bytes} B shared", flush=True)
     compile_report()
 
 

@@ -109,7 +109,7 @@ if [ "$step" = ell ]; then
     fi
     echo "== bench ($(($(date +%s) - start)) s): the ELL loop against today's"
     timeout $(($(left) - 120)) python3 benchmarks/bench_gpu_kernels.py --data "$DATA" --sections ell,generated \
-        --repeats 5 --generated "${ELL_GENERATED:-4096,16384}" --gen-images 60000
+        --repeats 5 --generated "${ELL_GENERATED:-4096,16384}" --gen-images 60000 --ell-shared-kib 64,128
     rc=$?; echo "bench exit: $rc after $(($(date +%s) - start)) s"; [ $rc -eq 0 ] || status=1
     echo "== the ELL loop through Dask ($(($(date +%s) - start)) s): plain loop and engine, float32 and float64"
     timeout $(($(left) - 5)) python3 benchmarks/bench_gpu.py --data "$DATA" --repeats 5 --skip generated,cupyx \

@@ -9,8 +9,8 @@ transaction), each slot holding the input's position in its buffer and the weigh
 
 Exactness: every output is summed in its CSC entry order (the CPU kernel's), so the slots of one output follow
 its entries, buffer by buffer; a column whose entries would need an earlier buffer after a later one is refused
-(:class:`ValueError`). A padded slot adds ``0 * y``: +0 (activations are finite and at least 0), and a sum that
-starts at +0 never becomes -0, so the padding changes no bit.
+(:class:`ValueError`). A padded slot adds ``0 * y``, a zero for any finite ``y``, and a sum that starts at +0 is
+never -0 under round-to-nearest (``x + (-x)`` is +0), so adding it changes no bit.
 
 Everything here is NumPy; :func:`ell_loop_numpy` replays the kernel's order of work (stage, slots, rule, alive
 flags, the compaction of :func:`ell_compact_numpy`) so the CPU tests check the layout and the loop's indexing bit
