@@ -59,9 +59,10 @@ def timed_runs(fn, repeats: int) -> float:  # pragma: no cover - needs a GPU
 
 
 def compare_loops(label: str, y0, layers_d, layers_h, bias: float, ymax: float, edges: int, args,
-                  mbs: list[int], kibs: list[int], truth=None) -> None:  # pragma: no cover - needs a GPU
-    """Today's loop and the ELL loop for each buffer size of ``kibs`` (KiB), minibatch of ``mbs`` and graph
-    setting on the dense input ``y0`` (on the GPU), one table row each as measured."""
+                  mbs: list[int], kibs: list[int], truth=None,
+                  graphs: tuple[bool, ...] = (False, True)) -> None:  # pragma: no cover - needs a GPU
+    """Today's loop and the ELL loop for each buffer size of ``kibs`` (KiB), minibatch of ``mbs`` and setting of
+    ``graphs`` on the dense input ``y0`` (on the GPU), one table row each as measured."""
     import cupy
 
     from dasknn import kernels
@@ -86,7 +87,7 @@ def compare_loops(label: str, y0, layers_d, layers_h, bias: float, ymax: float, 
         lays = gpu_ell.ell_layers(layers_h, y0.shape[0], dtype, mb, kib * 1024)
         built = time.perf_counter() - t0
         padding = np.mean([x.padding for x in lays])
-        for graph in (False, True):
+        for graph in graphs:
             loop = gpu_ell.EllLoop(lays, n, dtype, bias, ymax, mb, graph)
             loop.run(y0, ids)  # the first run loads the kernels; with graph, the second captures
             s = timed_runs(lambda loop=loop: loop.run(y0, ids), args.repeats)
@@ -118,7 +119,8 @@ def section_ell(args, net, images, truth) -> None:  # pragma: no cover - needs a
 
 def section_generated(args) -> None:  # pragma: no cover - needs a GPU
     """Generated N x 120 networks of ``--generated`` widths, ``--gen-images`` images each, float32, the ELL loop at
-    ``--gen-minibatch`` only (a 65,536-wide network's layouts take minutes to build on the host)."""
+    the minibatches of ``--gen-minibatches`` as one graph only (a 65,536-wide network's layouts take minutes to
+    build on the host)."""
     import cupy
     import scipy.sparse as sp
 
@@ -135,7 +137,7 @@ def section_generated(args) -> None:  # pragma: no cover - needs a GPU
         y0 = dense_on_device(gimages, f32)
         host = [(w.indptr, w.indices, w.data.astype(f32)) for w in gnet.layers]
         compare_loops(f"generated {neurons} x 120", y0, layers_d, host, gnet.bias, gnet.ymax, gnet.edges, args,
-                      minibatches(str(args.gen_minibatch), 4), budgets(args))
+                      minibatches(args.gen_minibatches, 4), budgets(args), graphs=(True,))
         del y0, layers_d
         cupy.get_default_memory_pool().free_all_blocks()
 
@@ -187,13 +189,13 @@ def dry_run(args, net, images, truth) -> None:
             raise SystemExit("dry run: the ELL model differs from the CPU loop")
     for neurons in [int(x) for x in args.generated.split(",") if x]:
         gnet = generate.network(neurons, 2)
-        for kib in budgets(args):
+        for kib, mb in ((kib, mb) for kib in budgets(args) for mb in minibatches(args.gen_minibatches, 4)):
             t0 = time.perf_counter()
             lays = gpu_ell.ell_layers([(w.indptr, w.indices, w.data) for w in gnet.layers], neurons, np.float32,
-                                      args.gen_minibatch, kib * 1024)
+                                      mb, kib * 1024)
             per = (time.perf_counter() - t0) / 2
-            launch = gpu_ell.ell_launch(lays[0], args.gen_images, 4, args.gen_minibatch)
-            print(f"  generated {neurons}, {kib} KiB buffers: layout {per:.2f} s a layer (about {120 * per:.0f} s "
+            launch = gpu_ell.ell_launch(lays[0], args.gen_images, 4, mb)
+            print(f"  generated {neurons}, minibatch {mb}, {kib} KiB buffers: layout {per:.2f} s a layer (about {120 * per:.0f} s "
                   f"for 120 here), {int(np.diff(lays[0].block_buffers).max())} buffers a block, padding "
                   f"{lays[0].padding:.3f}, grid {launch.grid}, {launch.shared_bytes} B shared", flush=True)
     compile_report()

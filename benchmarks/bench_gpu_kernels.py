@@ -445,7 +445,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ell-dtypes", default="float32,float64", help="dtypes of the ELL section (real network)")
     ap.add_argument("--generated", default="", help="neurons of generated 120-layer networks (section generated)")
     ap.add_argument("--gen-images", type=int, default=60000, help="images of each generated network")
-    ap.add_argument("--gen-minibatch", type=int, default=12, help="the ELL loop's minibatch on generated networks")
+    ap.add_argument("--gen-minibatches", default="4,12", help="the ELL loop's minibatches on generated networks")
     ap.add_argument("--ell-shared-kib", default="64",
                     help="comma list of the ELL loop's shared-memory buffer sizes, KiB (at most 227 on sm_90)")
     ap.add_argument("--profile", nargs="?", const="layers", choices=("layers", "ell"),
@@ -464,21 +464,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ap.error(f"--ell-dtypes: {name!r} is not float32 or float64")
     try:
         asked = [int(x) for x in args.minibatches.split(",") if x]
+        generated = [int(x) for x in args.gen_minibatches.split(",") if x]
         [int(x) for x in args.generated.split(",") if x]
     except ValueError:
-        ap.error("--minibatches and --generated take comma lists of integers")
+        ap.error("--minibatches, --gen-minibatches and --generated take comma lists of integers")
     from dasknn.kernels.gpu_ell import ELL_MINIBATCHES
 
-    if not set(asked + [args.gen_minibatch]) <= set(ELL_MINIBATCHES[4] + ELL_MINIBATCHES[8]):
-        ap.error(f"--minibatches, --gen-minibatch: the ELL kernels have {ELL_MINIBATCHES} images a thread by itemsize")
+    if not set(asked) <= set(ELL_MINIBATCHES[4] + ELL_MINIBATCHES[8]):
+        ap.error(f"--minibatches: the ELL kernels have {ELL_MINIBATCHES} images a thread by itemsize")
     try:
         kib = [int(x) for x in args.ell_shared_kib.split(",") if x]
     except ValueError:
         ap.error("--ell-shared-kib takes a comma list of integers")
     if not kib or not all(1 <= k <= 227 for k in kib):
         ap.error("--ell-shared-kib: buffers of 1 to 227 KiB (sm_90's most a block may opt in to)")
-    if args.gen_minibatch not in ELL_MINIBATCHES[4]:
-        ap.error(f"--gen-minibatch: float32 kernels have {ELL_MINIBATCHES[4]} images a thread")
+    if not generated or not set(generated) <= set(ELL_MINIBATCHES[4]):
+        ap.error(f"--gen-minibatches: float32 kernels have {ELL_MINIBATCHES[4]} images a thread")
     missing = [f for f in ("neuron1024.tar.gz", "sparse-images-1024.tsv.gz", "neuron1024-l120-categories.tsv")
                if not (Path(args.data) / f).exists()]
     if missing:
