@@ -501,6 +501,12 @@ def main() -> None:
     if args.dry_run:
         bench_gpu_ell.dry_run(args, net, images, truth)
         return
+    from bench_gpu import gpu_count
+
+    if not gpu_count()[0]:
+        print(f"no GPU: {gpu_count()[1]}; bench_gpu_kernels.py needs a CUDA device (--dry-run rehearses without)",
+              flush=True)
+        sys.exit(1)
     if args.profile == "ell":
         bench_gpu_ell.profile_ell(net, images, max(bench_gpu_ell.minibatches(args.minibatches, 4)))
         return
