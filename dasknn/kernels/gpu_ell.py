@@ -350,17 +350,21 @@ ELL_KEPT_LOOPS = 16
 #: Layers' ELL forms kept (host and device), the least recently used dropped past this many: two 120-layer
 #: networks' worth; layers streamed anew every chunk would otherwise pile up.
 ELL_KEPT_LAYOUTS = 256
-_LAYOUTS: dict[tuple, tuple[Any, EllLayer, tuple]] = {}  # (id(data), n_in, dtype, minibatch) -> (data, ELL, device)
-_LOOPS: dict[tuple, tuple[list, EllLoop]] = {}  # (layers' data ids, dtype, minibatch, ...) -> (layers, loop)
+#: (device id, id(data), n_in, dtype, minibatch) -> (data, its ELL form, that on the device)
+_LAYOUTS: dict[tuple, tuple[Any, EllLayer, tuple]] = {}
+#: (device id, the layers' data ids, inputs, dtype, minibatch, graph, bias, ymax) -> (layers, loop)
+_LOOPS: dict[tuple, tuple[list, EllLoop]] = {}
 
 
 def kept_layouts(layers: Sequence[tuple], n_in: int, dtype: np.dtype,
                  minibatch: int) -> tuple[list[EllLayer], list[tuple]]:  # pragma: no cover - needs a GPU
     """Each layer's ELL form and its device copy, built once per layer (by its weights array, kept alive with
     them so that its id is not reused) whichever runs of layers and chunk sizes ask for it."""
-    host, device = [], []
+    import cupy
+
+    host, device, dev = [], [], cupy.cuda.Device().id
     for indptr, indices, data in layers:
-        key = (id(data), n_in, dtype.str, minibatch)
+        key = (dev, id(data), n_in, dtype.str, minibatch)
         kept = _LAYOUTS.pop(key, None)
         if kept is None:
             layout = ell_layers([(indptr, indices, data)], n_in, dtype, minibatch)[0]
@@ -384,7 +388,10 @@ def run_layers_ell(yt, layers, bias: float, ymax: float, ids: np.ndarray,
         return yt, np.asarray(ids)
     dtype = np.dtype(yt.dtype)
     mb = ELL_DEFAULT_MINIBATCH[dtype.itemsize] if minibatch is None else minibatch
-    key = (tuple(id(layer[2]) for layer in layers), yt.shape[0], dtype.str, mb, graph, float(bias), float(ymax))
+    import cupy
+
+    key = (cupy.cuda.Device().id, tuple(id(layer[2]) for layer in layers), yt.shape[0], dtype.str, mb, graph,
+           float(bias), float(ymax))
     kept = _LOOPS.pop(key, None)
     if kept is None or kept[1].capacity < yt.shape[1]:
         kept = None  # a larger chunk than the loop holds: its buffers are let go before new ones are made
