@@ -37,10 +37,15 @@ def minibatches(spec: str, itemsize: int) -> list[int]:
     return [m for m in asked if m in have]
 
 
+def ints(spec: str) -> list[int]:
+    """A comma list of integers."""
+    return [int(x) for x in spec.split(",") if x]
+
+
 def budgets(args) -> list[int]:
     """The shared memory a block's buffer may take, KiB, of ``--ell-shared-kib`` (a whole footprint in one buffer
     pads nothing; a smaller buffer lets more blocks share a multiprocessor)."""
-    return [int(x) for x in args.ell_shared_kib.split(",") if x]
+    return ints(args.ell_shared_kib)
 
 
 def timed_runs(fn, repeats: int) -> float:  # pragma: no cover - needs a GPU
@@ -59,10 +64,10 @@ def timed_runs(fn, repeats: int) -> float:  # pragma: no cover - needs a GPU
 
 
 def compare_loops(label: str, y0, layers_d, layers_h, bias: float, ymax: float, edges: int, args,
-                  mbs: list[int], kibs: list[int], truth=None,
+                  mbs: list[int], kibs: list[int], threads: list[int], truth=None,
                   graphs: tuple[bool, ...] = (False, True)) -> None:  # pragma: no cover - needs a GPU
-    """Today's loop and the ELL loop for each buffer size of ``kibs`` (KiB), minibatch of ``mbs`` and setting of
-    ``graphs`` on the dense input ``y0`` (on the GPU), one table row each as measured."""
+    """Today's loop and the ELL loop for each block size of ``threads``, buffer size of ``kibs`` (KiB), minibatch
+    of ``mbs`` and setting of ``graphs`` on the dense input ``y0`` (on the GPU), one table row each as measured."""
     import cupy
 
     from dasknn import kernels
@@ -82,9 +87,10 @@ def compare_loops(label: str, y0, layers_d, layers_h, bias: float, ymax: float, 
           f"| {wrong} |", flush=True)
     want_host = cupy.asnumpy(want_yt)
     del want_yt
-    for kib, mb in ((kib, mb) for kib in kibs for mb in mbs if mb * dtype.itemsize <= kib * 1024):
+    configs = [(t, kib, mb) for t in threads for kib in kibs for mb in mbs if mb * dtype.itemsize <= kib * 1024]
+    for block, kib, mb in configs:
         t0 = time.perf_counter()
-        lays = gpu_ell.ell_layers(layers_h, y0.shape[0], dtype, mb, kib * 1024)
+        lays = gpu_ell.ell_layers(layers_h, y0.shape[0], dtype, mb, kib * 1024, block)
         built = time.perf_counter() - t0
         padding = np.mean([x.padding for x in lays])
         for graph in graphs:
@@ -95,7 +101,8 @@ def compare_loops(label: str, y0, layers_d, layers_h, bias: float, ymax: float, 
             got_yt, got_ids = loop.run(y0, ids, timings=parts)
             same = bool(np.array_equal(got_ids, want_ids) and np.array_equal(cupy.asnumpy(got_yt), want_host))
             wrong = "" if truth is None else np.setxor1d(got_ids, truth).size
-            print(f"| {label}, ELL loop ({kib} KiB buffers, {padding:.0%} padding; layout {built:.1f} s) | {dtype} "
+            print(f"| {label}, ELL loop ({block} threads, {kib} KiB buffers, {padding:.0%} padding; layout "
+                  f"{built:.1f} s) | {dtype} "
                   f"| {mb} | {graph} | {n} | {s * 1e3:.2f} "
                   f"| {parts['layers'] * 1e3:.2f} | {n * edges / s / 1e12:.2f} | {same} | {wrong} |", flush=True)
             del loop, got_yt
@@ -113,7 +120,7 @@ def section_ell(args, net, images, truth) -> None:  # pragma: no cover - needs a
         layers_d = device_layers(net, dtype)
         y0 = dense_on_device(images, dtype)
         compare_loops("n1024-l120", y0, layers_d, layers_d, net.bias, net.ymax, net.edges, args,
-                      minibatches(args.minibatches, dtype.itemsize), budgets(args)[:1], truth)
+                      minibatches(args.minibatches, dtype.itemsize), budgets(args)[:1], ints(args.ell_threads), truth)
         del y0, layers_d
 
 
@@ -137,7 +144,7 @@ def section_generated(args) -> None:  # pragma: no cover - needs a GPU
         y0 = dense_on_device(gimages, f32)
         host = [(w.indptr, w.indices, w.data.astype(f32)) for w in gnet.layers]
         compare_loops(f"generated {neurons} x 120", y0, layers_d, host, gnet.bias, gnet.ymax, gnet.edges, args,
-                      minibatches(args.gen_minibatches, 4), budgets(args), graphs=(True,))
+                      minibatches(args.gen_minibatches, 4), budgets(args), ints(args.gen_threads), graphs=(True,))
         del y0, layers_d
         cupy.get_default_memory_pool().free_all_blocks()
 
@@ -168,12 +175,13 @@ def dry_run(args, net, images, truth) -> None:
     for name in args.ell_dtypes.split(","):
         dtype = np.dtype(name)
         layers = [(w.indptr, w.indices, w.data.astype(dtype)) for w in net.layers]
-        for mb in minibatches(args.minibatches, dtype.itemsize):
+        for block, mb in ((t, mb) for t in ints(args.ell_threads) for mb in minibatches(args.minibatches,
+                                                                                         dtype.itemsize)):
             t0 = time.perf_counter()
-            lays = gpu_ell.ell_layers(layers, net.layers[0].shape[0], dtype, mb)
+            lays = gpu_ell.ell_layers(layers, net.layers[0].shape[0], dtype, mb, threads=block)
             built = time.perf_counter() - t0
             launch = gpu_ell.ell_launch(lays[0], args.images, dtype.itemsize, mb)
-            print(f"  n1024 {dtype} minibatch {mb}: layouts in {built:.1f} s, {launch.kernel} grid {launch.grid} "
+            print(f"  n1024 {dtype} minibatch {mb}, {block} threads: layouts in {built:.1f} s, {launch.kernel} grid {launch.grid} "
                   f"x {launch.block} threads, {launch.shared_bytes} B shared, padding "
                   f"{np.mean([x.padding for x in lays]):.3f}", flush=True)
         count = min(args.dry_images, images.shape[0])
@@ -189,13 +197,14 @@ def dry_run(args, net, images, truth) -> None:
             raise SystemExit("dry run: the ELL model differs from the CPU loop")
     for neurons in [int(x) for x in args.generated.split(",") if x]:
         gnet = generate.network(neurons, 2)
-        for kib, mb in ((kib, mb) for kib in budgets(args) for mb in minibatches(args.gen_minibatches, 4)):
+        for block, kib, mb in ((t, kib, mb) for t in ints(args.gen_threads) for kib in budgets(args)
+                               for mb in minibatches(args.gen_minibatches, 4)):
             t0 = time.perf_counter()
             lays = gpu_ell.ell_layers([(w.indptr, w.indices, w.data) for w in gnet.layers], neurons, np.float32,
-                                      mb, kib * 1024)
+                                      mb, kib * 1024, block)
             per = (time.perf_counter() - t0) / 2
             launch = gpu_ell.ell_launch(lays[0], args.gen_images, 4, mb)
-            print(f"  generated {neurons}, minibatch {mb}, {kib} KiB buffers: layout {per:.2f} s a layer (about {120 * per:.0f} s "
+            print(f"  generated {neurons}, minibatch {mb}, {block} threads, {kib} KiB buffers: layout {per:.2f} s a layer (about {120 * per:.0f} s "
                   f"for 120 here), {int(np.diff(lays[0].block_buffers).max())} buffers a block, padding "
                   f"{lays[0].padding:.3f}, grid {launch.grid}, {launch.shared_bytes} B shared", flush=True)
     compile_report()

@@ -446,6 +446,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--generated", default="", help="neurons of generated 120-layer networks (section generated)")
     ap.add_argument("--gen-images", type=int, default=60000, help="images of each generated network")
     ap.add_argument("--gen-minibatches", default="4,12", help="the ELL loop's minibatches on generated networks")
+    ap.add_argument("--ell-threads", default="256,1024", help="the ELL loop's threads a block (real network)")
+    ap.add_argument("--gen-threads", default="256", help="the ELL loop's threads a block (generated networks)")
     ap.add_argument("--ell-shared-kib", default="64",
                     help="comma list of the ELL loop's shared-memory buffer sizes, KiB (at most 227 on sm_90)")
     ap.add_argument("--profile", nargs="?", const="layers", choices=("layers", "ell"),
@@ -478,6 +480,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error("--ell-shared-kib takes a comma list of integers")
     if not kib or not all(1 <= k <= 227 for k in kib):
         ap.error("--ell-shared-kib: buffers of 1 to 227 KiB (sm_90's most a block may opt in to)")
+    from dasknn.kernels.gpu_ell import ELL_BLOCK_THREADS
+
+    try:
+        threads = [int(x) for x in (args.ell_threads + "," + args.gen_threads).split(",") if x]
+    except ValueError:
+        ap.error("--ell-threads and --gen-threads take comma lists of integers")
+    if not threads or not set(threads) <= set(ELL_BLOCK_THREADS):
+        ap.error(f"--ell-threads, --gen-threads: the ELL kernels run blocks of {ELL_BLOCK_THREADS} threads")
     if not generated or not set(generated) <= set(ELL_MINIBATCHES[4]):
         ap.error(f"--gen-minibatches: float32 kernels have {ELL_MINIBATCHES[4]} images a thread")
     missing = [f for f in ("neuron1024.tar.gz", "sparse-images-1024.tsv.gz", "neuron1024-l120-categories.tsv")

@@ -1,7 +1,7 @@
 """The sliced-ELL layout of a layer for the GPU's whole-chunk loop (:mod:`.gpu_ell`), and a NumPy model of it.
 
-Issue 44's candidate after Hidayetoglu et al. (SpDNN Challenge 2020): a block of :data:`ELL_THREADS` threads
-computes one output neuron a thread for a minibatch of images a thread (the weight read once, used for every
+Issue 44's candidate after Hidayetoglu et al. (SpDNN Challenge 2020): a block of threads (:data:`ELL_THREADS` by
+default) computes one output neuron a thread for a minibatch of images a thread (the weight read once, used for every
 image of the minibatch, held in a register). The inputs the block's outputs read (its *footprint*, in input
 order) are staged in shared memory a *buffer* at a time; each warp's 32 outputs are stored as ELLPACK slots padded
 to the warp's longest row (slot ``m`` of lane ``t`` at ``m * 32 + t``: a warp's load of a slot is one coalesced
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: Threads a block of the ELL kernel: one output neuron each, so a block covers this many outputs.
+#: Threads a block of the ELL kernel unless asked otherwise: one output neuron each, so a block covers this many
+#: outputs (Hidayetoglu's 256; 1,024 stages each input once a minibatch where 256 stage it once a block of outputs).
 ELL_THREADS = 256
 #: Lanes a warp: the ELL slots are padded to a warp's longest row.
 ELL_WARP = 32
@@ -43,6 +44,8 @@ class EllLayer:
     ----------
     n_in, n_out
         Input and output neurons.
+    threads
+        Outputs a block (its threads, a multiple of 32).
     buffer_inputs
         Inputs a buffer holds at most (its shared memory is ``buffer_inputs x minibatch`` activations).
     block_buffers
@@ -61,6 +64,7 @@ class EllLayer:
 
     n_in: int
     n_out: int
+    threads: int
     buffer_inputs: int
     block_buffers: np.ndarray
     map_ptr: np.ndarray
@@ -89,8 +93,9 @@ def buffer_inputs_for(minibatch: int, itemsize: int, shared_bytes: int = ELL_SHA
 
 
 def ell_layer(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_in: int, buffer_inputs: int,
-              dtype=np.float32) -> EllLayer:
-    """The sliced-ELL form of a CSC layer (``indptr`` over outputs, ``indices`` its inputs, ``data`` weights).
+              dtype=np.float32, threads: int = ELL_THREADS) -> EllLayer:
+    """The sliced-ELL form of a CSC layer (``indptr`` over outputs, ``indices`` its inputs, ``data`` weights) for
+    blocks of ``threads`` outputs.
 
     Raises :class:`ValueError` where a column's entries would be summed out of their order (its inputs cross
     buffers backwards; CSC with sorted indices never does) or an index is outside ``n_in``.
@@ -101,12 +106,14 @@ def ell_layer(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_in: i
     n_out = indptr.size - 1
     if not 1 <= buffer_inputs <= ELL_MAX_BUFFER:
         raise ValueError(f"a buffer holds 1 to {ELL_MAX_BUFFER} inputs, not {buffer_inputs}")
+    if threads % ELL_WARP or not ELL_WARP <= threads <= 1024:
+        raise ValueError(f"a block has a multiple of {ELL_WARP} threads up to 1024, not {threads}")
     if indices.size and (indices.min() < 0 or indices.max() >= n_in):
         raise ValueError(f"layer indices must lie in 0..{n_in - 1}")
-    warps = ELL_THREADS // ELL_WARP
-    blocks = max(1, -(-n_out // ELL_THREADS))
+    warps = threads // ELL_WARP
+    blocks = max(1, -(-n_out // threads))
     col = np.repeat(np.arange(n_out, dtype=np.int64), np.diff(indptr))
-    block = col // ELL_THREADS
+    block = col // threads
     # the footprint of each block: its distinct inputs, ascending; an entry's rank in its block's footprint
     keys, inverse = np.unique(block * n_in + indices, return_inverse=True)
     key_block = keys // n_in
@@ -134,7 +141,7 @@ def ell_layer(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_in: i
     starts = np.flatnonzero(np.concatenate([[True], group[1:] != group[:-1]])) if indices.size else np.empty(0, int)
     group_start = np.repeat(starts, np.diff(np.concatenate([starts, [indices.size]])))
     slot = np.arange(indices.size, dtype=np.int64) - group_start
-    warp = (col % ELL_THREADS) // ELL_WARP
+    warp = (col % threads) // ELL_WARP
     lane = col % ELL_WARP
     cell = buf * warps + warp  # (buffer, warp)
     warp_slots = np.zeros(buffers * warps, dtype=np.int64)
@@ -147,7 +154,7 @@ def ell_layer(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_in: i
     at = (warp_ptr[cell] + slot) * ELL_WARP + lane
     index[at] = (rank % buffer_inputs).astype(np.uint16)
     value[at] = data
-    return EllLayer(n_in, n_out, buffer_inputs, block_buffers, map_ptr, in_map, warp_ptr, index, value,
+    return EllLayer(n_in, n_out, threads, buffer_inputs, block_buffers, map_ptr, in_map, warp_ptr, index, value,
                     int(indices.size))
 
 
@@ -175,11 +182,11 @@ def ell_step_numpy(layer: EllLayer, act: np.ndarray, src: np.ndarray, count: int
     sum, so every slot's image is computed at once here.
     """
     T = act.dtype.type
-    warps = ELL_THREADS // ELL_WARP
+    warps = layer.threads // ELL_WARP
     slots = np.arange(count)
     images = src[:count]
     for b in range(layer.blocks):
-        acc = np.zeros((ELL_THREADS, count), dtype=act.dtype)
+        acc = np.zeros((layer.threads, count), dtype=act.dtype)
         for g in range(layer.block_buffers[b], layer.block_buffers[b + 1]):
             staged = act[layer.map[layer.map_ptr[g]:layer.map_ptr[g + 1]]][:, images]  # the shared buffer
             for w in range(warps):
@@ -187,7 +194,7 @@ def ell_step_numpy(layer: EllLayer, act: np.ndarray, src: np.ndarray, count: int
                 for m in range(layer.warp_ptr[g * warps + w], layer.warp_ptr[g * warps + w + 1]):
                     at = slice(m * ELL_WARP, (m + 1) * ELL_WARP)
                     acc[lanes] = acc[lanes] + staged[layer.index[at].astype(np.int64)] * layer.value[at][:, None]
-        j = np.arange(b * ELL_THREADS, min((b + 1) * ELL_THREADS, layer.n_out))
+        j = np.arange(b * layer.threads, min((b + 1) * layer.threads, layer.n_out))
         v = acc[: j.size]
         v = np.where(v != 0, np.minimum(np.maximum(v + T(bias), T(0)), T(ymax)), v)
         out[np.ix_(j, slots)] = v

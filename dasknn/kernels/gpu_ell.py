@@ -28,10 +28,13 @@ from .nvrtc import CUDA_ARITHMETIC, compiled_kernel
 ELL_MINIBATCHES = {4: (4, 8, 12, 16), 8: (4, 8)}
 #: The minibatch used unless one is asked for: Hidayetoglu's 12 float32; 8 float64 (the same shared bytes).
 ELL_DEFAULT_MINIBATCH = {4: 12, 8: 8}
+#: Threads a block the layer kernels are compiled for. Each one's launch bound asks for the registers of
+#: :data:`ELL_THREADS_PER_SM` threads a multiprocessor: at most 64 registers a thread, none spilled on sm_90.
+ELL_BLOCK_THREADS = (256, 512, 1024)
+#: Threads a multiprocessor every layer kernel's launch bound asks registers for.
+ELL_THREADS_PER_SM = 1024
 #: Threads of the one-block compaction kernel.
 ELL_COMPACT_THREADS = 1024
-#: Blocks of the layer kernel a multiprocessor should hold at once (its launch bound): 3 x 64 KiB of buffers.
-ELL_BLOCKS_PER_SM = 3
 #: The layer kernel's grid along the images (minibatch groups; blocks loop over the rest).
 ELL_MAX_GRID_Y = 65535
 
@@ -132,20 +135,15 @@ __device__ void ell_step(const T* __restrict__ act, const int* __restrict__ src,
     }
 }
 
-#define DASKNN_ELL_KERNEL(NAME, T, MB)                                                                        \
-    extern "C" __global__ void __launch_bounds__(ELL_THREADS, ELL_BLOCKS_PER_SM)                              \
+#define DASKNN_ELL_KERNEL(NAME, T, MB, THREADS)                                                               \
+    extern "C" __global__ void __launch_bounds__(THREADS, ELL_THREADS_PER_SM / THREADS)                       \
     NAME(const T* act, const int* src, const int* count, const long long* block_buffers,                     \
          const long long* map_ptr, const int* map, const long long* warp_ptr, const unsigned short* index,     \
          const T* value, T bias, T ymax, T* out, int* alive, int n_out, long long cap) {                       \
         ell_step<T, MB>(act, src, count, block_buffers, map_ptr, map, warp_ptr, index, value, bias, ymax, out, \
                         alive, n_out, cap);                                                                    \
     }
-DASKNN_ELL_KERNEL(dasknn_ell_f32_mb4, float, 4)
-DASKNN_ELL_KERNEL(dasknn_ell_f32_mb8, float, 8)
-DASKNN_ELL_KERNEL(dasknn_ell_f32_mb12, float, 12)
-DASKNN_ELL_KERNEL(dasknn_ell_f32_mb16, float, 16)
-DASKNN_ELL_KERNEL(dasknn_ell_f64_mb4, double, 4)
-DASKNN_ELL_KERNEL(dasknn_ell_f64_mb8, double, 8)
+// (the kernels, DASKNN_ELL_KERNEL(name, type, minibatch, threads), are listed by ell_cuda_code)
 
 // After a layer: ids_out[s] = ids_in[src_in[s]] for s < *count_in (the image each output slot holds); src_out
 // lists the slots s with alive[s] set, ascending (the CPU loop's order of survivors), *count_out their number;
@@ -180,23 +178,30 @@ dasknn_ell_compact(int* __restrict__ alive, const int* __restrict__ count_in, co
 }
 """
 
-#: Every kernel of :data:`ELL_CUDA_SOURCE` a launch may name.
-ELL_KERNELS = tuple(f"dasknn_ell_{ {4: 'f32', 8: 'f64'}[size]}_mb{mb}" for size, mbs in ELL_MINIBATCHES.items()
-                    for mb in mbs) + ("dasknn_ell_compact",)
+_SUFFIX = {4: "f32", 8: "f64"}
+_TYPE = {4: "float", 8: "double"}
+#: Every layer kernel of :func:`ell_cuda_code`, with its itemsize, minibatch and threads a block.
+ELL_LAYER_KERNELS = {f"dasknn_ell_{_SUFFIX[size]}_mb{mb}_t{threads}": (size, mb, threads)
+                     for size, mbs in ELL_MINIBATCHES.items() for mb in mbs for threads in ELL_BLOCK_THREADS}
+#: Every kernel a launch may name.
+ELL_KERNELS = (*ELL_LAYER_KERNELS, "dasknn_ell_compact")
 
 
 def ell_cuda_code() -> str:
-    """The ELL loop's translation unit: its constants, the shared arithmetic, its source."""
-    return (f"#define ELL_THREADS {ELL_THREADS}\n#define ELL_BLOCKS_PER_SM {ELL_BLOCKS_PER_SM}\n"
-            f"#define ELL_COMPACT_THREADS {ELL_COMPACT_THREADS}\n" + CUDA_ARITHMETIC + ELL_CUDA_SOURCE)
+    """The ELL loop's translation unit: its constants, the shared arithmetic, its source, its layer kernels."""
+    kernels = "".join(f"DASKNN_ELL_KERNEL({name}, {_TYPE[size]}, {mb}, {threads})\n"
+                      for name, (size, mb, threads) in ELL_LAYER_KERNELS.items())
+    return (f"#define ELL_THREADS_PER_SM {ELL_THREADS_PER_SM}\n#define ELL_COMPACT_THREADS {ELL_COMPACT_THREADS}\n"
+            + CUDA_ARITHMETIC + ELL_CUDA_SOURCE + kernels)
 
 
-def ell_kernel_name(itemsize: int, minibatch: int) -> str:
-    """The layer kernel for ``itemsize``-byte activations and ``minibatch`` images a thread."""
-    if minibatch not in ELL_MINIBATCHES.get(itemsize, ()):
+def ell_kernel_name(itemsize: int, minibatch: int, threads: int = ELL_THREADS) -> str:
+    """The layer kernel for ``itemsize``-byte activations, ``minibatch`` images a thread, ``threads`` a block."""
+    name = f"dasknn_ell_{_SUFFIX.get(itemsize, '?')}_mb{minibatch}_t{threads}"
+    if name not in ELL_LAYER_KERNELS:
         raise ValueError(f"the ELL kernels run {itemsize}-byte activations {ELL_MINIBATCHES.get(itemsize, ())} "
-                         f"images a thread, not {minibatch}")
-    return f"dasknn_ell_{ {4: 'f32', 8: 'f64'}[itemsize]}_mb{minibatch}"
+                         f"images a thread in blocks of {ELL_BLOCK_THREADS} threads, not {minibatch} in {threads}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -215,20 +220,20 @@ def ell_launch(layer: EllLayer, capacity: int, itemsize: int, minibatch: int,
     (blocks past it exit at once), so one shape serves every chunk a graph replays. Pure arithmetic."""
     largest = int(np.diff(layer.map_ptr).max()) if layer.map_ptr.size > 1 else 1
     groups = max(1, -(-capacity // minibatch))
-    return EllLaunch(ell_kernel_name(itemsize, minibatch), (layer.blocks, min(groups, max_grid)), ELL_THREADS,
-                     max(1, largest) * minibatch * itemsize)
+    return EllLaunch(ell_kernel_name(itemsize, minibatch, layer.threads), (layer.blocks, min(groups, max_grid)),
+                     layer.threads, max(1, largest) * minibatch * itemsize)
 
 
-def ell_layers(layers: Sequence[tuple], n_in: int, dtype, minibatch: int,
-               shared_bytes: int = ELL_SHARED_BYTES) -> list[EllLayer]:
-    """Host CSC layers (``indptr, indices, data``; NumPy or CuPy) in sliced ELL for ``minibatch`` images a thread;
-    layer ``k``'s inputs are layer ``k - 1``'s outputs."""
+def ell_layers(layers: Sequence[tuple], n_in: int, dtype, minibatch: int, shared_bytes: int = ELL_SHARED_BYTES,
+               threads: int = ELL_THREADS) -> list[EllLayer]:
+    """Host CSC layers (``indptr, indices, data``; NumPy or CuPy) in sliced ELL for ``minibatch`` images a thread
+    and blocks of ``threads`` outputs; layer ``k``'s inputs are layer ``k - 1``'s outputs."""
     dtype = np.dtype(dtype)
     buffer = buffer_inputs_for(minibatch, dtype.itemsize, shared_bytes)
     out = []
     for indptr, indices, data in layers:
         host = [a.get() if hasattr(a, "get") else np.asarray(a) for a in (indptr, indices, data)]
-        out.append(ell_layer(*host, n_in=n_in, buffer_inputs=buffer, dtype=dtype))
+        out.append(ell_layer(*host, n_in=n_in, buffer_inputs=buffer, dtype=dtype, threads=threads))
         n_in = out[-1].n_out
     return out
 

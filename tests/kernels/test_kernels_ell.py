@@ -11,13 +11,10 @@ import types
 import numpy as np
 import pytest
 from examples import random_activations, random_layer
-from test_kernels_gpu import SM90_REGISTERS, compile_for_sm90, missing_fragments
+from test_kernels_gpu import SM90_REGISTERS, SM90_SHARED_OPTIN, compile_for_sm90, missing_fragments
 
 from dasknn import kernels
 from dasknn.kernels import ell, gpu_ell
-
-#: sm_90 shared memory a multiprocessor (228 KiB), of which one block may opt in to 227 KiB
-SM90_SHARED_PER_SM = 228 * 1024
 
 
 def csc_layers(n: int, depth: int, seed: int, dtype) -> list[tuple]:
@@ -27,21 +24,21 @@ def csc_layers(n: int, depth: int, seed: int, dtype) -> list[tuple]:
 # --- the layout ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("buffer_inputs", [4096, 300, 37])
-def test_layout_holds_each_column_in_entry_order(buffer_inputs):
+@pytest.mark.parametrize("buffer_inputs,threads", [(4096, 256), (300, 256), (37, 256), (300, 512), (37, 96)])
+def test_layout_holds_each_column_in_entry_order(buffer_inputs, threads):
     # walking output j's lane in its warp, buffer by buffer, gives back its CSC entries in their order; the rest of
     # the lane's slots are padding (weight 0); a buffer stages inputs of its block's footprint, ascending
-    n_in, n_out = 700, 600  # three blocks, the last one part full
+    n_in, n_out = 700, 600  # blocks of outputs, the last one part full
     indptr, indices, data = random_layer(n_in, n_out, seed=21, dtype=np.float32)
-    lay = ell.ell_layer(indptr, indices, data, n_in, buffer_inputs)
-    warps = ell.ELL_THREADS // ell.ELL_WARP
-    assert lay.blocks == 3 and lay.entries == indices.size
+    lay = ell.ell_layer(indptr, indices, data, n_in, buffer_inputs, threads=threads)
+    warps = threads // ell.ELL_WARP
+    assert lay.blocks == -(-n_out // threads) and lay.entries == indices.size
     assert np.diff(lay.map_ptr).max() <= buffer_inputs
     for b in range(lay.blocks):
         staged = lay.map[lay.map_ptr[lay.block_buffers[b]]:lay.map_ptr[lay.block_buffers[b + 1]]]
         assert (np.diff(staged) > 0).all()  # the footprint, ascending, cut into buffers
     for j in range(n_out):
-        b, w, lane = j // ell.ELL_THREADS, (j % ell.ELL_THREADS) // ell.ELL_WARP, j % ell.ELL_WARP
+        b, w, lane = j // threads, (j % threads) // ell.ELL_WARP, j % ell.ELL_WARP
         got_in, got_w, padding = [], [], []
         for g in range(lay.block_buffers[b], lay.block_buffers[b + 1]):
             buf_inputs = lay.map[lay.map_ptr[g]:lay.map_ptr[g + 1]]
@@ -73,20 +70,21 @@ def test_layout_refuses_a_sum_out_of_order():
         ell.ell_layer(indptr, np.array([5, 8]), data, 8, 8)
     with pytest.raises(ValueError, match="does not fit"):
         ell.buffer_inputs_for(16, 8, 64)
+    with pytest.raises(ValueError, match="multiple of 32 threads up to 1024, not 100"):
+        ell.ell_layer(indptr, indices, data, 8, 8, threads=100)
 
 
 # --- the loop, modelled --------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("minibatch", [4, 12])
-def test_modelled_loop_equals_the_cpu_loop(dtype, minibatch):
+@pytest.mark.parametrize("minibatch,threads", [(4, 256), (12, 256), (8, 1024)])
+def test_modelled_loop_equals_the_cpu_loop(dtype, minibatch, threads):
     # random layers with empty outputs, both signs, the clamp; buffers of a minibatch in 2 KiB: several a block
     n, nb = 600, 70
     layers = csc_layers(n, 5, seed=31, dtype=dtype)
     yt = random_activations(n, nb, seed=31, dtype=dtype)
-    buffer = ell.buffer_inputs_for(minibatch, np.dtype(dtype).itemsize, 2048)
-    lays = [ell.ell_layer(*layer, n_in=n, buffer_inputs=buffer, dtype=dtype) for layer in layers]
+    lays = gpu_ell.ell_layers(layers, n, dtype, minibatch, 2048, threads)
     assert max(np.diff(lay.block_buffers).max() for lay in lays) > 1
     got_yt, got_ids, counts = ell.ell_loop_numpy(yt, lays, -0.3, 4.0, np.arange(100, 100 + nb))
     want_yt, want_ids = kernels.run_layers(yt, layers, -0.3, 4.0, np.arange(100, 100 + nb))
@@ -149,18 +147,22 @@ def test_launch_shapes_and_names():
     indptr, indices, data = random_layer(700, 600, seed=3, dtype=np.float32)
     lay = ell.ell_layer(indptr, indices, data, 700, ell.buffer_inputs_for(12, 4))
     launch = gpu_ell.ell_launch(lay, 60000, 4, 12)
-    assert launch.kernel == "dasknn_ell_f32_mb12" and launch.block == ell.ELL_THREADS
+    assert launch.kernel == "dasknn_ell_f32_mb12_t256" and launch.block == ell.ELL_THREADS
     assert launch.grid == (3, 5000) and launch.shared_bytes == np.diff(lay.map_ptr).max() * 12 * 4
     assert launch.shared_bytes <= ell.ELL_SHARED_BYTES
     assert gpu_ell.ell_launch(lay, 3_000_000, 8, 8).grid[1] == gpu_ell.ELL_MAX_GRID_Y
+    wide = ell.ell_layer(indptr, indices, data, 700, ell.buffer_inputs_for(8, 8), np.float64, threads=1024)
+    assert gpu_ell.ell_launch(wide, 100, 8, 8) == gpu_ell.EllLaunch("dasknn_ell_f64_mb8_t1024", (1, 13), 1024,
+                                                                     np.diff(wide.map_ptr).max() * 8 * 8)
     code = gpu_ell.ell_cuda_code()
-    for name in gpu_ell.ELL_KERNELS[:-1]:
-        size = 4 if "_f32_" in name else 8
-        mb = int(name.rsplit("mb", 1)[1])
-        assert gpu_ell.ell_kernel_name(size, mb) == name and f"DASKNN_ELL_KERNEL({name}," in code
+    for name, (size, mb, threads) in gpu_ell.ELL_LAYER_KERNELS.items():
+        assert gpu_ell.ell_kernel_name(size, mb, threads) == name and f"DASKNN_ELL_KERNEL({name}," in code
         assert mb % {4: 4, 8: 2}[size] == 0  # a whole number of vector loads a slot
-    with pytest.raises(ValueError, match="images a thread"):
+    assert len(gpu_ell.ELL_LAYER_KERNELS) == 6 * len(gpu_ell.ELL_BLOCK_THREADS)
+    with pytest.raises(ValueError, match="images a thread in blocks of"):
         gpu_ell.ell_kernel_name(4, 10)
+    with pytest.raises(ValueError, match="not 8 in 128"):
+        gpu_ell.ell_kernel_name(4, 8, 128)
 
 
 def test_the_loop_is_chosen_by_argument_or_environment(monkeypatch):
@@ -204,9 +206,10 @@ def numpy_cupy(launched: list) -> types.ModuleType:
                 src_out[:count], ids_out[: ids_next.size], count_out[0] = src_next, ids_next, count
                 return
             act, src, count, block_buffers, map_ptr, in_map, warp_ptr, index, value, bias, ymax, out, alive, n_out, cap = args
-            layer = ell.EllLayer(act.shape[0], int(n_out), 0, block_buffers, map_ptr, in_map, warp_ptr, index, value, 0)
-            mb = int(self.name.rsplit("mb", 1)[1])
-            assert grid[0] == layer.blocks and block == (ell.ELL_THREADS,) and cap == act.shape[1] == out.shape[1]
+            _, mb, threads = gpu_ell.ELL_LAYER_KERNELS[self.name]
+            layer = ell.EllLayer(act.shape[0], int(n_out), threads, 0, block_buffers, map_ptr, in_map, warp_ptr, index,
+                                 value, 0)
+            assert grid[0] == layer.blocks and block == (threads,) and cap == act.shape[1] == out.shape[1]
             assert shared_mem >= np.diff(map_ptr).max() * mb * act.itemsize and value.dtype == act.dtype
             ell.ell_step_numpy(layer, act, src, int(count[0]), bias, ymax, out, alive)
 
@@ -289,7 +292,7 @@ def test_loop_host_logic_with_numpy_standins(monkeypatch, graph):
         np.testing.assert_array_equal(got_ids, want_ids)
         np.testing.assert_array_equal(got_yt, want_yt)
         assert loop.counts[0] == count and loop.counts[-1] == want_ids.size and "layers" in times
-        kinds = ["dasknn_ell_f32_mb8", "dasknn_ell_compact"] * depth
+        kinds = ["dasknn_ell_f32_mb8_t256", "dasknn_ell_compact"] * depth
         if not graph or run == 0:  # launched one by one (the first run loads every kernel before a capture)
             assert launched == kinds
         else:  # captured on the second run, replayed from then on
@@ -329,16 +332,16 @@ def test_ell_source_compiles_for_sm90_within_its_launch(tmp_path):
     ptx, report = compile_for_sm90(gpu_ell.ell_cuda_code(), tmp_path)
     for name in gpu_ell.ELL_KERNELS:
         compact = name == "dasknn_ell_compact"
-        threads = gpu_ell.ELL_COMPACT_THREADS if compact else ell.ELL_THREADS
-        blocks = 1 if compact else gpu_ell.ELL_BLOCKS_PER_SM
-        dynamic = 0 if compact else ell.ELL_SHARED_BYTES
+        threads = gpu_ell.ELL_COMPACT_THREADS if compact else gpu_ell.ELL_LAYER_KERNELS[name][2]
+        blocks = 1 if compact else gpu_ell.ELL_THREADS_PER_SM // threads
         k = report[name]
         bound = re.search(rf"\.entry {name}\((?:.|\n)*?\.maxntid (\d+), 1, 1", ptx)
         assert bound and int(bound[1]) == threads, name
         per_warp = -(-k["registers"] * 32 // 256) * 256  # registers are allocated per warp, 256 at a time
         assert k["spills"] == 0, (name, k)
         assert blocks * (threads // 32) * per_warp <= SM90_REGISTERS, (name, k)
-        assert blocks * (k["smem"] + dynamic) <= SM90_SHARED_PER_SM, (name, k)
+        # a block's static shared memory and the default buffers within what one block may opt in to
+        assert k["smem"] + ell.ELL_SHARED_BYTES <= SM90_SHARED_OPTIN, (name, k)
     assert "fma." not in ptx and "mul.rn.f32" in ptx and "add.rn.f64" in ptx
     assert "ld.shared.v4.f32" in ptx and "ld.shared.v2.f64" in ptx
 
