@@ -35,15 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def make_cluster(args: argparse.Namespace):
-    """A ``dask_jobqueue.SLURMCluster`` whose jobs each run ``--workers-per-job`` workers."""
-    from dask_jobqueue import SLURMCluster
+def job_options(args: argparse.Namespace) -> dict:
+    """What each SLURM job asks for and runs: ``--workers-per-job`` workers of ``--threads-per-worker`` cores and
+    ``--memory-limit`` each, the queue, account, walltime and directives."""
+    from dask.utils import format_bytes, parse_bytes
 
     per_job = args.workers_per_job
     memory = args.memory_limit or "4GB"  # per worker; jobqueue needs a figure to request
-    from dask.utils import format_bytes, parse_bytes
-
-    return SLURMCluster(
+    return dict(
         cores=args.threads_per_worker * per_job,
         processes=per_job,
         memory=format_bytes(parse_bytes(memory) * per_job).replace(" ", ""),
@@ -58,16 +57,33 @@ def make_cluster(args: argparse.Namespace):
     )
 
 
+def make_cluster(args: argparse.Namespace):
+    """A ``dask_jobqueue.SLURMCluster`` whose jobs each run ``--workers-per-job`` workers (its scheduler starts
+    here)."""
+    from dask_jobqueue import SLURMCluster
+
+    return SLURMCluster(**job_options(args))
+
+
+def job_script(args: argparse.Namespace) -> str:
+    """The script each SLURM job would run, made without starting a scheduler: its address is a placeholder (the
+    cluster fills in its own)."""
+    from dask_jobqueue.slurm import SLURMJob
+
+    return SLURMJob(scheduler="tcp://<scheduler-address>:8786", name="dummy-name", config_name="slurm",
+                    **job_options(args)).job_script()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.scheduler or args.gpu:
         raise SystemExit("slurm.py: --scheduler and --gpu do not apply here (the cluster is SLURM's)")
+    if args.print_job_script:
+        print(job_script(args))
+        return 0
     from distributed import Client
 
     with make_cluster(args) as cluster:
-        if args.print_job_script:
-            print(cluster.job_script())
-            return 0
         workers = args.workers or 1
         cluster.scale(n=workers)
         with Client(cluster) as client:

@@ -70,6 +70,18 @@ def test_slurm_job_script():
     assert "--nthreads 3" in worker[0] and "--nworkers 2" in worker[0] and "tcp://" in worker[0]
 
 
+def test_slurm_job_script_starts_no_scheduler(monkeypatch, capsys):
+    jobqueue = pytest.importorskip("dask_jobqueue", reason="dask-jobqueue is not installed")
+
+    def started(*args, **kwargs):
+        raise AssertionError("a SLURMCluster (and its scheduler) was started")
+
+    monkeypatch.setattr(jobqueue, "SLURMCluster", started)
+    assert _load("slurm").main(["--workers", "2", "--queue", "compute", "--print-job-script"]) == 0
+    script = capsys.readouterr().out
+    assert "#SBATCH -p compute" in script.splitlines() and "distributed.cli.dask_worker" in script
+
+
 @pytest.mark.subprocess
 @pytest.mark.slow
 def test_mpi_example_under_mpirun(slice_store, slice_truth, tmp_path):
