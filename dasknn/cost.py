@@ -86,8 +86,18 @@ class Calibration:
     #: vectors among the alive, :mod:`dasknn.kernels.folds`); empty: every alive image (``compress=False``)
     distinct: list[float] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    def as_dict(self, per_layer: bool = True) -> dict:
+        """The calibration as plain values; without ``per_layer``, its rates alone (the lists with an entry a
+        layer, ``alive``, ``message_factor`` and ``distinct``, left out)."""
+        figures = asdict(self)
+        if not per_layer:
+            for name in PER_LAYER:
+                figures.pop(name)
+        return figures
+
+
+#: :class:`Calibration`'s lists with an entry a layer.
+PER_LAYER = ("alive", "message_factor", "distinct")
 
 
 @dataclass

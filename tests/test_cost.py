@@ -486,3 +486,11 @@ def test_folding_runs_are_predicted_on_the_distinct_vectors():
     assert _predict(folded, 2).exchange < _predict(every, 2).exchange
     assert cost.computed_per_layer(folded, 3).tolist() == [1.0, 0.05, 0.05]
     assert cost.computed_per_layer(every, 3).tolist() == [1.0, 0.5, 0.5]
+
+
+def test_the_calibration_as_plain_values_with_or_without_its_lists_a_layer():
+    cal = _cal(distinct=[1.0, 0.5])
+    assert cal.as_dict()["alive"] == [1.0, 0.5] and cal.as_dict()["distinct"] == [1.0, 0.5]
+    rates = cal.as_dict(per_layer=False)
+    assert rates["kernel_rate"] == 1e9 and not set(cost.PER_LAYER) & set(rates)
+    assert set(cal.as_dict()) - set(rates) == set(cost.PER_LAYER)

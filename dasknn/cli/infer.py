@@ -167,7 +167,7 @@ def _shown(args: argparse.Namespace, prepared: Prepared, result) -> int:
         "seconds": round(result.seconds, 4),
         "edges_per_second": None if np.isnan(result.edges_per_second) else result.edges_per_second,
         "workers": result.workers, "chunks": result.chunks, "dtype": args.dtype,
-        "mode": result.mode, "group_size": result.group_size, "exchange": result.exchange, "tasks": result.tasks,
+        "mode": result.mode, "group_size": result.group_size, "exchange": result.exchange or None, "tasks": result.tasks,
         "bytes_sent": result.bytes_sent, "plan_bytes": result.plan_bytes, "bytes_read": result.bytes_read,
         "streamed": not result.resident, "computed_chunks": len(result.computed_chunks),
         "load_seconds": round(result.load_seconds, 3), "compile_seconds": round(result.compile_seconds, 3),
@@ -190,7 +190,8 @@ def _shown(args: argparse.Namespace, prepared: Prepared, result) -> int:
         report["stages"] = result.stages  # pipeline mode: each stage's first and last layer
     if result.predictions:
         report["predictions"] = [p.as_dict() for p in result.predictions]
-        report["calibration"] = result.calibration.as_dict()
+        # the probe's lists of an entry a layer (most of the object, on a deep network) only with --explain
+        report["calibration"] = result.calibration.as_dict(per_layer=args.explain)
     if result.exchange_bytes:
         # last, the long arrays, one entry a layer: the boundary messages as dense rows, and as Dask recorded the
         # compact ones that crossed

@@ -232,6 +232,8 @@ def test_cli_infer_pipeline_json_and_explain(slice_store, capsys):
     predicted = {p["mode"]: p for p in report["predictions"]}
     assert predicted["pipeline"]["group_size"] == 2 and predicted["pipeline"]["seconds"] > 0
     assert "data" in predicted
+    # --explain: the probe's figures a layer too
+    assert len(report["calibration"]["alive"]) == len(report["calibration"]["message_factor"]) == 12
 
 
 @pytest.mark.cluster
