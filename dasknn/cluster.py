@@ -82,7 +82,7 @@ def security_from_files(ca: str | os.PathLike[str], cert: str | os.PathLike[str]
 
     for flag, p in (("--tls-ca", ca), ("--tls-cert", cert), ("--tls-key", key)):
         if not Path(p).is_file():
-            raise DasknnError(f"{flag}: no such file", p)
+            raise DasknnError(f"{flag}: no such file or directory", p)
     ca, cert, key = (os.fspath(Path(p).resolve()) for p in (ca, cert, key))
     try:
         sec = Security(require_encryption=True, tls_ca_file=ca,

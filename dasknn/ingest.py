@@ -20,6 +20,7 @@ def import_network(
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
     any_name: bool = False,
+    stage: Callable[[str, int], Callable[[int], None] | None] | None = None,
 ) -> Path:
     """Import a GraphChallenge network (directory or tar.gz), and optionally its inputs and truth, into a store.
 
@@ -42,6 +43,10 @@ def import_network(
         Replace ``out`` if it exists.
     progress : callable, optional
         Called with the number of layers written after each layer.
+    stage : callable, optional
+        ``stage(name, total)`` is called as each stage begins, once the network's files are found ("reading the
+        images" where there are inputs, then "importing layers"); what it returns is called with the steps done
+        (else ``progress``), as :func:`dasknn.generate.write`'s.
 
     Returns
     -------
@@ -54,15 +59,22 @@ def import_network(
     neurons, depth, layer_iter = io.iter_network_layers(network, layers)
     if truth and not inputs:
         raise DasknnError("--truth needs --inputs")
+    if inputs and stage is not None and Path(inputs).exists():
+        # (a file not there, or named for another network: its one line alone)
+        io.check_name(inputs, "images", neurons, any_name=any_name)
+        if truth:
+            io.check_name(truth, "a truth", neurons, depth, any_name)
+        stage("reading the images", 0)
     images = io.read_images(inputs, neurons=neurons, any_name=any_name) if inputs else None
     cats = (io.checked_truth(truth, images.shape[0], neurons, depth, any_name) if truth and images is not None
             else None)
     b = challenge_bias(neurons) if bias is None else bias
+    step = (stage("importing layers", depth) if stage is not None else None) or progress
     with store.StoreWriter(out, neurons, depth, b, ymax, source=os.fspath(network), overwrite=overwrite) as w:
         for k, layer in enumerate(layer_iter, start=1):
             w.write_layer(k, layer)
-            if progress is not None:
-                progress(k)
+            if step is not None:
+                step(k)
         if images is not None:
             w.write_inputs(images, cats)
     return Path(out)

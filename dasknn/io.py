@@ -292,7 +292,7 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise DasknnError("no such file", path) from None
+        raise DasknnError("no such file or directory", path) from None
     except IsADirectoryError:
         raise DasknnError("is a directory, expected a file", path) from None
     except OSError as e:

@@ -92,6 +92,8 @@ def performance_report(path: str | os.PathLike[str] | None, client) -> Iterator[
     # inline: the page carries bokeh's scripts, so it opens on an offline compute node (no CDN)
     with client.as_current(), _report(filename=os.fspath(path), mode="inline"):
         yield
+    # on stderr: stdout is the command's figures (its JSON)
+    print(f"dasknn: wrote the performance report to {os.fspath(path)}", file=sys.stderr, flush=True)
 
 
 def check_report(path: str | os.PathLike[str] | None) -> None:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from ..ingest import import_network
-from .common import Progress, Stages, emit
+from .common import Stages, emit
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -34,12 +34,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..store import open_store
 
     t0 = time.perf_counter()
-    bar = Progress(0, "import", not args.json)
+    stages = Stages(bars=not args.json)
     try:
         out = import_network(args.network, args.out, args.inputs, args.truth, args.layers, args.bias, args.ymax,
-                             args.overwrite, progress=bar.to, any_name=args.any_name)
+                             args.overwrite, any_name=args.any_name, stage=stages.begin)
     finally:
-        bar.close()
+        stages.close()
     s = open_store(out)
     report = {"out": str(out), "neurons": s.neurons, "layers": s.depth, "edges": s.edges,
               "images": s.inputs.images if s.inputs else 0, "bytes_on_disk": s.nbytes_on_disk(),
@@ -70,14 +70,21 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """``dasknn info``: describe (and with ``--check`` verify) a store."""
-    from ..store import open_store
+    from ..store import open_store, stored_partitions
 
     s = open_store(args.store, check="full" if args.check else "auto")
+    truth = None if s.inputs is None else s.inputs.truth()
     report = {"store": str(s.path), "neurons": s.neurons, "layers": s.depth, "edges": s.edges, "bias": s.bias,
               "ymax": s.ymax, "dtype": s.attrs.get("dtype"), "source": s.source,
               "images": s.inputs.images if s.inputs else 0,
-              "truth": None if s.inputs is None or s.inputs.truth() is None else int(s.inputs.truth().size),
-              "bytes_on_disk": s.nbytes_on_disk()}
+              "truth": None if truth is None else int(truth.size),
+              "bytes_on_disk": s.nbytes_on_disk(),
+              # the partitions kept in the store, each computed once and reused by every run with its parts
+              "partitions": stored_partitions(s.root)}
+    if args.check:
+        # (a damaged value ends the command with its line before this): what was read whole and checked
+        report["check"] = {"passed": True, "layers": s.depth, "entries": s.edges,
+                           "images": s.inputs.images if s.inputs else 0, "truth": truth is not None}
     emit(args, report, "\n".join(f"{k:>14}: {v}" for k, v in _info_text(report).items()))
     return 0
 
@@ -89,6 +96,13 @@ def _info_text(report: dict) -> dict:
     text["dtype"] = f"stored as {report['dtype']} (arithmetic float64 by default; --dtype float32 is faster)"
     if report["truth"] is not None:
         text["truth"] = f"{report['truth']} categories (images with a nonzero last row)"
+    text["partitions"] = ", ".join(f"{p['name']} ({p['parts']} parts)" for p in report["partitions"]) or "none"
+    checked = report.get("check")
+    if checked:
+        text["check"] = (f"passed: read and checked every value of the {checked['layers']} layers "
+                         f"({checked['entries']:,} entries)"
+                         + (f" and the {checked['images']:,} images" if checked["images"] else "")
+                         + (" and their truth" if checked["truth"] else ""))
     return text
 
 

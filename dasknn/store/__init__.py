@@ -49,7 +49,7 @@ from .common import (
 )
 from .inputs import Inputs, open_inputs, write_inputs, write_inputs_store
 from .layers import NetworkStore, StoreWriter, is_store, open_store, write_network
-from .partitions import load_partition, partition_name, save_partition
+from .partitions import load_partition, partition_name, save_partition, stored_partitions
 from .plans import (
     PLAN_FORMAT,
     PlanStore,
@@ -102,6 +102,7 @@ __all__ = [
     "resume_plan_store",
     "save_partition",
     "store_dtype",
+    "stored_partitions",
     "write_chunk_result",
     "write_inputs",
     "write_inputs_store",

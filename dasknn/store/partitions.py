@@ -80,3 +80,16 @@ def load_partition(path: str | os.PathLike[str], name: str) -> tuple[np.ndarray,
     except Exception as e:  # a damaged chunk: recompute rather than trust it
         raise DasknnError(f"partition {name} is damaged ({type(e).__name__}); delete it or recompute", path) from None
     return owners, dict(dict(root[group].attrs).get("report", {}))
+
+
+def stored_partitions(root) -> list[dict]:
+    """The complete partitions kept in a network store (its open root group), by name: each one's ``name`` and
+    ``parts`` (a saving under way or interrupted, hidden or without its ``complete`` mark, is not one)."""
+    if "partitions" not in root:
+        return []
+    kept = []
+    for name, group in sorted(root["partitions"].groups()):
+        attrs = dict(group.attrs)
+        if not name.startswith(".") and attrs.get("complete"):
+            kept.append({"name": name, "parts": int(attrs.get("parts", 0))})
+    return kept

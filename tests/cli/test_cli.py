@@ -72,6 +72,11 @@ def test_infer_store_float32_and_batch(slice_store, capsys):
     report = json.loads(out)
     assert report["images"] == 400 and report["mismatched"] <= 5 and report["workers"] == 1
     assert report["dtype"] == "float32"
+    # auto's calibration: its rates; the probe's lists of an entry a layer only with --explain
+    assert report["calibration"]["kernel_rate"] > 0 and not {"alive", "message_factor", "distinct"} & set(
+        report["calibration"])
+    # data mode has no transport between parts: null, not ""
+    assert report["mode"] == "data" and report["exchange"] is None
     assert code == (0 if report["mismatched"] == 0 else 1), err
 
 
@@ -199,6 +204,7 @@ def test_report_opens_offline(slice_store, client, capsys, tmp_path):
     tags = re.findall(r"<script\b[^>]*>", html, flags=re.IGNORECASE)
     assert tags and not [t for t in tags if re.search(r"\bsrc\s*=", t)], [t for t in tags if "src" in t]
     assert len(html) > 500_000  # bokeh's JavaScript is in the page itself
+    assert f"dasknn: wrote the performance report to {report}" in err.splitlines()  # where it went
 
 
 @pytest.mark.cluster
@@ -296,7 +302,7 @@ def test_json_is_indented_on_a_terminal_and_one_line_in_a_pipe(slice_store, caps
     report = json.loads(out)
     assert code == 0 and report["layers"] == 12
     if terminal:
-        assert out.count("\n") == len(report) + 2 and '\n  "neurons": 1024,\n' in out
+        assert out == json.dumps(report, indent=2) + "\n" and '\n  "neurons": 1024,\n' in out
     else:
         assert out.count("\n") == 1
 
@@ -582,3 +588,43 @@ def test_a_file_name_is_checked_against_the_network_in_one_place(slice_paths, tm
     with pytest.raises(DasknnError, match="1024 neurons x 120 layers, but the network has 1024 neurons x 12 layers"):
         io.checked_truth(truth, 3, 1024, 12)
     assert list(io.checked_truth(truth, 3, 1024, 12, any_name=True)) == [0]
+
+
+def test_info_lists_the_partitions_and_check_says_what_it_read(fresh_store, capsys):
+    from dasknn.store import save_partition
+
+    code, out, _ = run(["info", str(fresh_store)], capsys)
+    lines = {k.strip(): v for k, _, v in (line.partition(": ") for line in out.splitlines())}
+    assert code == 0 and lines["partitions"] == "none" and "check" not in lines
+    save_partition(fresh_store, "block-k2-s0-e0.03", np.zeros((13, 1024), dtype=np.int32) + [0, 1] * 512)
+    code, out, _ = run(["info", str(fresh_store), "--check"], capsys)
+    lines = {k.strip(): v for k, _, v in (line.partition(": ") for line in out.splitlines())}
+    assert code == 0 and lines["partitions"] == "block-k2-s0-e0.03 (2 parts)"
+    assert lines["check"] == ("passed: read and checked every value of the 12 layers (393,216 entries) and the "
+                              "1,000 images and their truth")
+    report = json.loads(run(["info", str(fresh_store), "--check", "--json"], capsys)[1])
+    assert report["partitions"] == [{"name": "block-k2-s0-e0.03", "parts": 2}]
+    assert report["check"] == {"passed": True, "layers": 12, "entries": 393216, "images": 1000, "truth": True}
+
+
+@pytest.mark.subprocess
+def test_import_says_what_it_does_in_a_pipe_at_once(slice_paths, tmp_path):
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "dasknn", "import", str(slice_paths["network"]), "--out",
+                             str(tmp_path / "x.zarr")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.perf_counter()
+    first = proc.stderr.readline()  # flushed as it starts, not at the end
+    seconds = time.perf_counter() - t0
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert first == "dasknn: importing layers ...\n" and seconds < 5
+    assert out.startswith("wrote ")
+
+
+@pytest.mark.parametrize("missing", ["--inputs", "--network"])
+def test_a_missing_file_is_worded_one_way(missing, slice_store, slice_paths, no_cluster, capsys, tmp_path):
+    gone = tmp_path / ("sparse-images-1024.tsv" if missing == "--inputs" else "neuron1024.tar.gz")
+    argv = ["infer", "--network", str(slice_store), missing, str(gone)]
+    code, _, err = run(argv, capsys)
+    assert code == 2 and err == f"dasknn: error: {gone}: no such file or directory\n"
