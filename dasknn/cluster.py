@@ -200,12 +200,19 @@ def _started_deaf(make, workers: int | None):
     Ctrl-C on a terminal signals every process of its group: a worker that took it printed a 33-line
     ``KeyboardInterrupt`` traceback as it died (issue 42). SIGINT ignored when a process is spawned stays ignored
     in the Python it runs, so the cluster is made in a thread while this one ignores SIGINT until ``workers`` new
-    worker processes exist (all of the cluster's, for None), then hears it again and waits for the cluster: only
-    this process acts on an interrupt, closing the cluster in order on its way out (a worker a nanny starts again
-    after a loss is made deaf by :func:`dask_setup`). Elsewhere than the main thread nothing changes.
+    worker processes exist, then hears it again and waits for the cluster: only this process acts on an interrupt,
+    closing the cluster in order on its way out (a worker a nanny starts again after a loss is made deaf by
+    :func:`dask_setup`). For ``workers`` None (a dask-cuda cluster: a worker per visible GPU) SIGINT is ignored
+    while the whole cluster is made, here. Elsewhere than the main thread nothing changes.
     """
     if threading.current_thread() is not threading.main_thread():
         return make()
+    if workers is None:
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return make()
+        finally:
+            signal.signal(signal.SIGINT, handler)
     made: dict = {}
 
     def build() -> None:
@@ -220,8 +227,7 @@ def _started_deaf(make, workers: int | None):
     try:
         thread.start()
         deadline = time.monotonic() + SPAWN_SECONDS
-        while (thread.is_alive() and time.monotonic() < deadline
-               and (workers is None or len(_spawned() - before) < workers)):
+        while thread.is_alive() and time.monotonic() < deadline and len(_spawned() - before) < workers:
             time.sleep(0.01)
     finally:
         signal.signal(signal.SIGINT, handler)
