@@ -22,6 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import DasknnError
+from .locations import as_location, is_url, local_path
 from .network import CHALLENGE_YMAX, Network, challenge_bias
 
 RADIX_BITS = 5  # 2**5 = 32 nonzeros per row and column
@@ -206,8 +207,9 @@ def write(
     progress: Callable[[int], None] | None = None,
     bias: float | None = None,
     stage: Callable[[str, int], Callable[[int], None] | None] | None = None,
-) -> Path:
-    """Generate a network (and images) into ``out``: a store if it ends in ``.zarr``, else the published layout.
+) -> Path | str:
+    """Generate a network (and images) into ``out``: a store if it ends in ``.zarr`` (a local path or a URL), else
+    the published layout (a local folder).
 
     With ``truth``, the categories are computed by the reference (:func:`reference_categories`, float64 and
     float32) and saved beside. ``stage(name, total)`` is called as each stage begins (:data:`LAYERS_STAGE`, then
@@ -216,7 +218,9 @@ def write(
     """
     from . import io, store
 
-    out = Path(out)
+    out = as_location(out)
+    if is_url(out) and not out.endswith(".zarr"):
+        local_path(out, "--out (the published TSV layout)")  # refused: only a store is written behind a URL
     bias = challenge_bias(neurons) if bias is None else float(bias)
     if layers < 1:
         raise DasknnError(f"--layers must be at least 1 (got {layers})")
@@ -240,7 +244,7 @@ def write(
             if done is not None:
                 done(k)
 
-    if out.suffix == ".zarr":
+    if os.fspath(out).endswith(".zarr"):
         with store.StoreWriter(out, neurons, layers, bias, source=source, overwrite=overwrite) as w:
             for k, layer in enumerate(stream(), start=1):
                 w.write_layer(k, layer)

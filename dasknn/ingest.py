@@ -21,14 +21,14 @@ def import_network(
     progress: Callable[[int], None] | None = None,
     any_name: bool = False,
     stage: Callable[[str, int], Callable[[int], None] | None] | None = None,
-) -> Path:
+) -> Path | str:
     """Import a GraphChallenge network (directory or tar.gz), and optionally its inputs and truth, into a store.
 
     Parameters
     ----------
     network : path
         A directory of ``n{N}-l{k}.tsv`` files, or ``neuron{N}.tar.gz``.
-    out : path
+    out : path or URL
         The store to write.
     inputs, truth : path, optional
         ``sparse-images-{N}.tsv[.gz]`` and ``neuron{N}-l{L}-categories.tsv`` to store with the network (the truth
@@ -50,8 +50,8 @@ def import_network(
 
     Returns
     -------
-    Path
-        ``out``.
+    Path or str
+        ``out`` (a URL stays a URL).
     """
     from . import io, store
     from .network import challenge_bias
@@ -77,4 +77,4 @@ def import_network(
                 step(k)
         if images is not None:
             w.write_inputs(images, cats)
-    return Path(out)
+    return w.path

@@ -28,6 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import DasknnError
+from .locations import is_url
 from .network import Network, as_csc_layer, challenge_bias
 from .partials import new_partial
 
@@ -286,9 +287,17 @@ def parse_table(
     return Table(ints=ints[:rows], values=values[:rows] if with_values else None)
 
 
+def _local_file(path: str | os.PathLike[str]) -> Path:
+    # behind a URL dasknn reads and writes stores only: a URL that reached here names no store
+    if is_url(path):
+        raise DasknnError("no such store (behind a URL dasknn reads stores; GraphChallenge files from local paths)",
+                          path)
+    return Path(path)
+
+
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """Read a file whole, decompressing ``.gz``; a missing, unreadable or truncated file is a DasknnError."""
-    path = Path(path)
+    path = _local_file(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -377,7 +386,7 @@ def iter_network_layers(
     a ``neuron{N}.tar.gz``. The iterator parses one layer at a time, so a network larger than memory can be
     streamed into a store. ``layers`` reads only the first layers.
     """
-    path = Path(path)
+    path = _local_file(path)
     if not path.exists():
         raise DasknnError("no such file or directory", path)
     if path.is_dir():

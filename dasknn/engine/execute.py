@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from .. import timings
 from ..errors import DasknnError
 from ..kernels.warm import WarmSpec
+from ..locations import join, location, writable
 from ..plan import Outline
 from ..runtime.exchange import exchange_for
 from ..runtime.exchange.choice import choose_exchange
@@ -22,7 +21,7 @@ from ..runtime.metrics import bytes_sent
 from ..runtime.recovery import Recovery, WorkersLost, gather_watched, memory_of, watch
 from ..runtime.worker_runs import close_run, run_figures
 from ..stages import place_stages, stage_cuts, stages_fit
-from ..store import create_plan_store, finish_plan_store, is_url, open_plan_store, plan_digest, resume_plan_store
+from ..store import create_plan_store, finish_plan_store, open_plan_store, plan_digest, resume_plan_store
 from .data_mode import data_chunk
 from .exchange_plan import plan_on_workers
 from .inputs import InputSource, load_images
@@ -437,11 +436,11 @@ def _part_plan(client, job: Job, owners: np.ndarray, workers: list[str], run: st
     made for this network and partition, else written by the workers, one task per layer."""
     path = job.plan_store
     if path is None:
-        if is_url(job.path) or not os.access(job.path, os.W_OK):
+        if not writable(location(job.path)):
             raise DasknnError("model mode out of core reads each part's columns from a part plan, which cannot be "
                               "written inside this store: give --plan-store DIR (a folder every worker can reach)",
                               job.path)
-        path = str(Path(job.path) / "plans" / plan_digest(job.path, owners))
+        path = str(join(location(job.path), "plans", plan_digest(job.path, owners)))
     found = open_plan_store(path, job.path, owners)
     if found is None:
         # the layers a writing interrupted by a lost worker finished are kept; the others are written now

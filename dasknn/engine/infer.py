@@ -6,7 +6,6 @@ import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -268,7 +267,7 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
         chunks = pipeline_chunks(count, g, len(workers) // g, chunks)
     bounds = source.bounds or chunk_bounds(count, chunks)
     done: set[int] = set()
-    results = None if o.results is None else str(Path(o.results).resolve())
+    results = None if o.results is None else str(location(o.results))
     if results is not None:
         run_desc = {"network": path, "inputs": source.path or source.label, "images": count, "dtype": o.dtype,
                     "chunks": bounds}
@@ -287,7 +286,7 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
     return Job(path=path, source=source, store=store, dtype=o.dtype, backend=o.backend, resident=resident,
                keep_layers=keep_layers, segment=o.segment, sync_every=o.sync_every, compact=o.messages == "compact",
                results=results, activations=o.activations, bounds=bounds, partition=o.partition,
-               progress=o.progress, plan_store=None if o.plan_store is None else str(Path(o.plan_store).resolve()),
+               progress=o.progress, plan_store=None if o.plan_store is None else str(location(o.plan_store)),
                activations_name=f"activations-{uuid.uuid4().hex[:8]}" if o.keep_activations else None,
                partition_on_cluster=partition_fits_worker(store.neurons, memory), overlap=o.overlap,
                exchange=o.exchange, done=done, stage_work=stage_work, stage_entries_per_byte=per_byte,

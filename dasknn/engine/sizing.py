@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
@@ -13,6 +12,7 @@ from ..cost import Prediction
 from ..errors import DasknnError
 from ..kernels import tile_for
 from ..kernels.cpu import TWIN_MIN_IMAGES
+from ..locations import join, location
 from ..partition import layer_volumes
 from ..runtime.recovery import gather_watched
 from .owners import check_partition, stored_partition
@@ -355,7 +355,8 @@ def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, 
     if owners is not None:
         owners = check_partition(owners, store.depth, store.neurons, g)
         # out of core, a part plan already made (in the store's default place) is reused as well
-        plan = resident or open_plan_store(Path(path) / "plans" / plan_digest(path, owners), path, owners) is None
+        kept = join(location(path), "plans", plan_digest(path, owners))
+        plan = resident or open_plan_store(kept, path, owners) is None
         setup = setup_seconds(store.edges, g, None, plan, len(workers))
         # layer by layer from the store: the client never holds the network
         volumes = np.array([layer_volumes([store.layer(k)], owners[k - 1:k + 1], parts=g)[0]

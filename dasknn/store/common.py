@@ -18,6 +18,9 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from ..errors import DasknnError
+from ..locations import (Location, bounded, is_file, is_url, join, location, remote_error_line, remote_errors, remove,
+                         require_protocol, storage_options)
+from ..partials import new_partial, remove_partial
 
 FORMAT = "dasknn-network"
 INPUTS_FORMAT = "dasknn-inputs"
@@ -54,28 +57,9 @@ def _codec_names(chain: Any) -> Iterator[str]:
             yield from _codec_names(conf.get("index_codecs"))
 
 
-def is_url(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` names a store by URL (``s3://``, ``gs://``, ``https://``, ``file://`` ...: read through
-    fsspec) rather than a local folder."""
-    return "://" in os.fspath(path)
-
-
-def location(path: str | os.PathLike[str]) -> Path | str:
-    """A store's location: an absolute local path, or the URL as given (without a trailing slash)."""
-    return os.fspath(path).rstrip("/") if is_url(path) else Path(path).resolve()
-
-
-def file_exists(store: Path | str, rel: str) -> bool:
+def file_exists(store: Location, rel: str) -> bool:
     """Whether the store holds file ``rel`` (a local path, or the same key behind a URL, asked through fsspec)."""
-    if not is_url(store):
-        return (Path(store) / rel).is_file()
-    import fsspec.core
-
-    fs, root = fsspec.core.url_to_fs(str(store))
-    try:
-        return bool(fs.isfile(f"{root.rstrip('/')}/{rel}"))
-    except Exception:  # a server that refuses the question has no such file as far as we can know
-        return False
+    return is_file(join(store if is_url(store) else Path(store), rel))
 
 
 def has_group(store: Path | str, name: str) -> bool:
@@ -136,6 +120,9 @@ def metadata_of(store: Path) -> Iterator[None]:
     except DasknnError:
         raise
     except Exception as e:  # zarr raises many types here; any of them means the same to the user
+        remote = remote_error_line(e) if is_url(store) else None
+        if remote is not None:  # a store behind a URL that did not answer is not damaged
+            raise DasknnError(remote, store) from None
         raise DasknnError(f"damaged metadata ({type(e).__name__}: {e})", store) from None
 
 
@@ -147,7 +134,10 @@ def open_root(path: Path | str, formats: tuple[str, ...],
     if not (file_exists(path, "zarr.json") if is_url(path) else Path(path).exists()):
         raise DasknnError("no such store", path)
     try:
-        root = opener(path) if opener is not None else zarr.open_group(path, mode="r", zarr_format=3)
+        with remote_errors(path):
+            root = opener(path) if opener is not None else open_group(path, mode="r")
+    except DasknnError:
+        raise
     except Exception as e:  # zarr raises several types for a folder that is not a group
         raise DasknnError(f"not a Zarr v3 group ({type(e).__name__})", path) from None
     attrs = dict(root.attrs).get("dasknn")
@@ -159,6 +149,51 @@ def open_root(path: Path | str, formats: tuple[str, ...],
     if not attrs.get("complete"):
         raise DasknnError("the store is incomplete (its writing was interrupted); write it again", path)
     return root, attrs
+
+
+def zarr_store(path: Location, read_only: bool = False) -> Any:
+    """What Zarr opens ``path`` as: the local path itself, or an fsspec store of the URL opened with dasknn's
+    settings (:func:`~dasknn.locations.storage_options`: bounded timeouts), not Zarr's defaults."""
+    if not is_url(path):
+        return Path(path)
+    from zarr.storage import FsspecStore
+
+    url = os.fspath(path)
+    require_protocol(url)
+    with remote_errors(url):  # (Zarr makes the file system asynchronous, wrapping one that is not: file://)
+        store = FsspecStore.from_url(url, storage_options=storage_options(url), read_only=read_only)
+    bounded(store.fs, url)
+    return store
+
+
+def open_group(path: Location, mode: str) -> zarr.Group:
+    """Zarr's ``open_group`` (format 3) of a local path or a URL; what an object store raises is one line."""
+    with remote_errors(path):
+        return zarr.open_group(zarr_store(path, read_only=mode == "r"), mode=mode, zarr_format=3)
+
+
+def staging(path: Location) -> Location:
+    """Where a store is written until it is whole: a fresh hidden partial beside a local path (moved into place by
+    :func:`publish`); behind a URL, the URL itself, emptied first. Object stores have no rename: a store there is
+    written in place and counts as whole only once its root's attributes say so, written last."""
+    if is_url(path):
+        remove(path)
+        return path
+    return new_partial(path)
+
+
+def publish(tmp: Location, path: Location) -> None:
+    """Put the whole store written at ``tmp`` (from :func:`staging`) in place at ``path``."""
+    if not is_url(path):
+        replace_atomically(Path(tmp), Path(path))
+
+
+def discard(tmp: Location) -> None:
+    """Remove what a failed or interrupted write left at ``tmp`` (from :func:`staging`)."""
+    if is_url(tmp):
+        remove(tmp)
+    else:
+        remove_partial(tmp)
 
 
 def replace_atomically(tmp: Path, path: Path) -> None:

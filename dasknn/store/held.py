@@ -7,16 +7,15 @@ generated 65,536 x 480 network is 8.3 GB as CSR and 0.3 GB stored); what is over
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
 import zarr
 from zarr.abc.store import ByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype
-from zarr.storage import FsspecStore, LocalStore, WrapperStore
+from zarr.storage import LocalStore, WrapperStore
 
-from .common import is_url
+from .common import is_url, zarr_store
 
 
 class HeldReads(WrapperStore):
@@ -56,5 +55,5 @@ class HeldReads(WrapperStore):
 def open_held(path: Path | str, limit: int) -> zarr.Group:
     """The root group of the store at ``path`` (a local folder or a URL), read through a :class:`HeldReads` that
     keeps up to ``limit`` bytes; the wrapper is the group's ``store``."""
-    base = FsspecStore.from_url(os.fspath(path), read_only=True) if is_url(path) else LocalStore(path, read_only=True)
+    base = zarr_store(path, read_only=True) if is_url(path) else LocalStore(path, read_only=True)
     return zarr.open_group(HeldReads(base, limit), mode="r", zarr_format=3)

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import zarr
 
 from ..errors import DasknnError
-from ..partials import new_partial, remove_partial
+from ..locations import as_location, exists
 from . import common
 from .common import (
     FORMAT,
@@ -20,11 +20,14 @@ from .common import (
     WRITE_ALL,
     check_array,
     codecs,
+    discard,
     has_group,
     location,
     metadata_of,
+    open_group,
     open_root,
-    replace_atomically,
+    publish,
+    staging,
     store_dtype,
 )
 from .sparse import Sparse, write_sparse
@@ -135,18 +138,19 @@ def open_inputs(path: str | os.PathLike[str], check: str = "metadata") -> Inputs
 
 
 def write_inputs_store(path: str | os.PathLike[str], images: sp.spmatrix, truth: np.ndarray | None = None,
-                       source: str = "", overwrite: bool = False) -> Path:
+                       source: str = "", overwrite: bool = False) -> Path | str:
     """Write images (and truth) as an inputs-only store, atomically."""
-    path = Path(path)
-    if path.exists() and not overwrite:
+    path = as_location(path)
+    if exists(path) and not overwrite:
         raise DasknnError("already exists (pass --overwrite to replace it)", path)
-    tmp = new_partial(path)
+    tmp = staging(path)
     try:
-        root = zarr.open_group(tmp, mode="w", zarr_format=3)
+        root = open_group(tmp, mode="w")
         write_inputs(root, images, truth, images.shape[1])
         root.attrs["dasknn"] = {"format": INPUTS_FORMAT, "version": VERSION, "neurons": int(images.shape[1]),
                                 "images": int(images.shape[0]), "source": source, "complete": True}
-        replace_atomically(tmp, path)
-    finally:
-        remove_partial(tmp)
+        publish(tmp, path)
+    except BaseException:
+        discard(tmp)
+        raise
     return path

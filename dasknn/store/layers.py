@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import shutil
 from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -16,19 +15,22 @@ import scipy.sparse as sp
 import zarr
 
 from ..errors import DasknnError
+from ..locations import as_location, exists, filesystem, remote_errors
 from ..network import Network, as_csc_layer
-from ..partials import new_partial, remove_partial
 from .common import (
     FORMAT,
     FULL_CHECK_ENTRIES,
     VERSION,
+    discard,
     file_exists,
     has_group,
     is_url,
     location,
     metadata_of,
+    open_group,
     open_root,
-    replace_atomically,
+    publish,
+    staging,
     store_dtype,
 )
 from .held import open_held
@@ -57,21 +59,22 @@ class StoreWriter:
         dtype: np.dtype | str | None = None,
         overwrite: bool = False,
     ):
-        self.path = Path(path)
-        if self.path.exists() and not overwrite:
+        self.path = as_location(path)
+        if exists(self.path) and not overwrite:
             raise DasknnError("already exists (pass --overwrite to replace it)", self.path)
         self.neurons, self.layers, self.bias, self.ymax = int(neurons), int(layers), float(bias), float(ymax)
         self.source = source
         self.dtype = None if dtype is None else np.dtype(dtype)
-        self._tmp = new_partial(self.path)
+        self._tmp = staging(self.path)
         self._written: set[int] = set()
         self._edges = 0
         self._dtypes: set[str] = set()
         self.root: zarr.Group | None = None
 
     def __enter__(self) -> StoreWriter:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.root = zarr.open_group(self._tmp, mode="w", zarr_format=3)
+        if not is_url(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.root = open_group(self._tmp, mode="w")
         self.root.attrs["dasknn"] = self._attrs(complete=False)
         self.root.create_group("layers")
         return self
@@ -114,12 +117,12 @@ class StoreWriter:
         if exc_type is None:
             missing = sorted(set(range(1, self.layers + 1)) - self._written)
             if missing:
-                shutil.rmtree(self._tmp, ignore_errors=True)
+                discard(self._tmp)
                 raise DasknnError(f"store not written: layer {missing[0]} was never given", self.path)
             self.root.attrs["dasknn"] = self._attrs(complete=True)
-            replace_atomically(self._tmp, self.path)
+            publish(self._tmp, self.path)
         else:
-            remove_partial(self._tmp)
+            discard(self._tmp)
 
 
 def write_network(
@@ -128,7 +131,7 @@ def write_network(
     images: sp.spmatrix | None = None,
     truth: np.ndarray | None = None,
     overwrite: bool = False,
-) -> Path:
+) -> Path | str:
     """Write an in-memory :class:`~dasknn.network.Network` (and optional inputs) as a store; return its path."""
     with StoreWriter(path, network.neurons, network.depth, network.bias, network.ymax, network.source,
                      overwrite=overwrite) as w:
@@ -136,7 +139,7 @@ def write_network(
             w.write_layer(k, layer)
         if images is not None:
             w.write_inputs(images, truth)
-    return Path(path)
+    return w.path
 
 
 
@@ -256,10 +259,9 @@ class NetworkStore:
     def nbytes_on_disk(self) -> int:
         """Bytes the store takes on disk (or behind its URL)."""
         if is_url(self.path):
-            import fsspec.core
-
-            fs, root = fsspec.core.url_to_fs(str(self.path))
-            return int(fs.du(root))
+            fs, root = filesystem(self.path)
+            with remote_errors(self.path):
+                return int(fs.du(root))
         plans = self.path / "plans"  # derived data, not the network
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file() and plans not in f.parents)
 

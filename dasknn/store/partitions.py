@@ -8,10 +8,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import zarr
 
 from ..errors import DasknnError
-from .common import WRITE_ALL, check_array, codecs, has_group, is_url, location
+from .common import WRITE_ALL, check_array, codecs, has_group, is_url, location, open_group
 
 #: Owners per chunk of a saved partition (``int32``: 16 MB), so a large partition is written and read in pieces.
 PARTITION_CHUNK_CELLS = 1 << 22
@@ -36,9 +35,9 @@ def save_partition(path: str | os.PathLike[str], name: str, owners: np.ndarray, 
              "parts": int(owners.max()) + 1 if owners.size else 0, "complete": True}
     loc = location(path)
     if is_url(loc):
-        _write_group(zarr.open_group(loc, mode="r+", zarr_format=3), f"partitions/{name}", owners, attrs)
+        _write_group(open_group(loc, mode="r+"), f"partitions/{name}", owners, attrs)
         return
-    root = zarr.open_group(Path(loc), mode="r+", zarr_format=3)
+    root = open_group(loc, mode="r+")
     folder = Path(loc) / "partitions"
     for left in folder.glob(f".{name}.*"):  # what an earlier, interrupted saving left
         shutil.rmtree(left, ignore_errors=True)
@@ -71,7 +70,7 @@ def _write_group(root, group: str, owners: np.ndarray, attrs: dict) -> None:
 def load_partition(path: str | os.PathLike[str], name: str) -> tuple[np.ndarray, dict] | None:
     """A saved partition's owners and report, or None if the store has none of that name."""
     path = location(path)
-    root = zarr.open_group(path if is_url(path) else Path(path), mode="r", zarr_format=3)
+    root = open_group(path, mode="r")
     group = f"partitions/{name}"
     if not has_group(path, group) or not dict(root[group].attrs).get("complete"):
         return None

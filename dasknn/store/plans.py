@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-import zarr
 
 from ..errors import DasknnError
-from .common import VERSION, WRITE_ALL, check_array, codecs, location, open_root
+from ..locations import as_location, remove
+from .common import VERSION, WRITE_ALL, check_array, codecs, location, open_group, open_root
 from .sparse import Sparse, write_sparse
 
 PLAN_FORMAT = "dasknn-part-plan"
@@ -30,10 +28,9 @@ def plan_digest(network: str, owners: np.ndarray) -> str:
 def create_plan_store(path: str | os.PathLike[str], network: str, owners: np.ndarray) -> None:
     """Start an empty part plan store for ``network`` partitioned by ``owners`` (layers are added by
     :func:`write_plan_layer`, then :func:`finish_plan_store` marks it complete)."""
-    path = Path(path)
-    if path.exists():
-        shutil.rmtree(path)
-    root = zarr.open_group(path, mode="w", zarr_format=3)
+    path = as_location(path)
+    remove(path)
+    root = open_group(path, mode="w")
     # a row per chunk: the task that writes layer k reads rows k - 1 and k only
     arr = root.create_array("owners", shape=owners.shape, chunks=(1, owners.shape[1]), dtype=np.int32,
                             compressors=codecs(), config=WRITE_ALL)
@@ -45,7 +42,7 @@ def create_plan_store(path: str | os.PathLike[str], network: str, owners: np.nda
 
 def read_plan_owners(path: str | os.PathLike[str], start: int, stop: int) -> np.ndarray:
     """Rows ``start:stop`` of the owners of a part plan (complete or being written)."""
-    root = zarr.open_group(location(path), mode="r", zarr_format=3)
+    root = open_group(location(path), mode="r")
     return np.asarray(check_array(root["owners"], "owners", location(path), "iu")[start:stop])
 
 
@@ -56,7 +53,7 @@ _LISTS = ("outputs", "inputs", "local_dst", "local_src")
 def write_plan_layer(path: str | os.PathLike[str], k: int, row: list, blocks: list[sp.csc_matrix]) -> None:
     """Write layer ``k`` of a part plan: every part's :class:`~dasknn.plan.PartLayer` (``row``) and its block
     of the layer, indexed into the rows it reads (``blocks``, from :func:`dasknn.plan.local_block`)."""
-    root = zarr.open_group(Path(path), mode="r+", zarr_format=3)
+    root = open_group(path, mode="r+")
     layer = root.require_group(f"l{k}")
     for q, (pl, block) in enumerate(zip(row, blocks)):
         g = layer.require_group(f"p{q}")
@@ -78,7 +75,7 @@ def resume_plan_store(path: str | os.PathLike[str], network: str, owners: np.nda
     with its counts (:func:`dasknn.plan.layer_counts`, read back from the lists' sizes): what a writing continued
     after a lost worker keeps. Empty where there is no such unfinished plan (none, another, or a complete one)."""
     try:
-        root = zarr.open_group(Path(path), mode="r", zarr_format=3)
+        root = open_group(path, mode="r")
         attrs = dict(root.attrs).get("dasknn")
     except Exception:  # nothing there, or not a group: nothing to continue
         return {}
@@ -104,7 +101,7 @@ def resume_plan_store(path: str | os.PathLike[str], network: str, owners: np.nda
 
 def finish_plan_store(path: str | os.PathLike[str], counts: np.ndarray) -> None:
     """Mark a part plan complete, with its exchange counts ``(L, parts, parts)``, once every layer is written."""
-    root = zarr.open_group(Path(path), mode="r+", zarr_format=3)
+    root = open_group(path, mode="r+")
     arr = root.create_array("counts", shape=counts.shape, chunks=counts.shape, dtype=np.int64, compressors=codecs(),
                             config=WRITE_ALL, overwrite=True)
     arr[:] = counts

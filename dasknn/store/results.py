@@ -4,8 +4,6 @@ activations, each counted as written only once its ``complete`` attribute is set
 from __future__ import annotations
 
 import os
-import shutil
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,7 +11,8 @@ import scipy.sparse as sp
 import zarr
 
 from ..errors import DasknnError
-from .common import VERSION, WRITE_ALL, check_array, codecs
+from ..locations import Location, as_location, child_names, exists, join, remove
+from .common import VERSION, WRITE_ALL, check_array, codecs, open_group
 
 RESULTS_FORMAT = "dasknn-results"
 
@@ -28,12 +27,12 @@ def open_results(path: str | os.PathLike[str], run: dict[str, Any], resume: bool
     written after its data. With ``activations``, the group the workers write them into is made here, once:
     workers that each made it when missing raced (one of them found it made and failed).
     """
-    path = Path(path)
-    if path.exists():
+    path = as_location(path)
+    if exists(path):
         if not resume:
             raise DasknnError("already exists; pass --resume to continue that run, or choose another --results", path)
         try:
-            root = zarr.open_group(path, mode="r+", zarr_format=3)
+            root = open_group(path, mode="r+")
             attrs = dict(root.attrs).get("dasknn", {})
         except Exception as e:
             raise DasknnError(f"not a results store ({type(e).__name__})", path) from None
@@ -48,7 +47,7 @@ def open_results(path: str | os.PathLike[str], run: dict[str, Any], resume: bool
         if activations:
             root.require_group("activations")
         return bounds, set(_written_chunks(root, path))
-    root = zarr.open_group(path, mode="w", zarr_format=3)
+    root = open_group(path, mode="w")
     root.attrs["dasknn"] = {"format": RESULTS_FORMAT, "version": VERSION, "run": run}
     if activations:
         root.require_group("activations")
@@ -58,11 +57,11 @@ def open_results(path: str | os.PathLike[str], run: dict[str, Any], resume: bool
 def write_chunk_result(path: str, chunk: int, ids: np.ndarray, activations: sp.spmatrix | None = None) -> None:
     """Write one chunk's categories (original 0-based image indices) into a results store, and, when given,
     the final activations of those images (rows in the order of ``ids``) before the chunk counts as written."""
-    root = zarr.open_group(path, mode="r+", zarr_format=3)
+    root = open_group(path, mode="r+")
     ids = np.asarray(ids, dtype=np.int64)
     # what a killed writer left of this chunk (maybe a half-written zarr.json zarr cannot even overwrite) goes first
-    shutil.rmtree(Path(path) / f"chunk-{chunk}", ignore_errors=True)
-    shutil.rmtree(Path(path) / "activations" / f"chunk-{chunk}", ignore_errors=True)
+    remove(join(as_location(path), f"chunk-{chunk}"))
+    remove(join(as_location(path), "activations", f"chunk-{chunk}"))
     if activations is not None:
         rows = sp.csr_matrix(activations)
         group = root["activations"].require_group(f"chunk-{chunk}")  # made by open_results
@@ -80,14 +79,14 @@ def write_chunk_result(path: str, chunk: int, ids: np.ndarray, activations: sp.s
     arr.attrs["complete"] = True
 
 
-def _written_chunks(root: zarr.Group, path: Path) -> dict[int, zarr.Array]:
+def _written_chunks(root: zarr.Group, path: Location) -> dict[int, zarr.Array]:
     """A results store's chunks whose writing finished (their ``complete`` attribute is set). A chunk whose
     metadata a killed writer left half written is not written: it is computed again."""
     out = {}
-    for entry in sorted(Path(path).glob("chunk-*")):
+    for name in child_names(as_location(path), "chunk-"):
         try:
-            c = int(entry.name.split("-")[1])
-            a = root[entry.name]
+            c = int(name.split("-")[1])
+            a = root[name]
             complete = isinstance(a, zarr.Array) and dict(a.attrs).get("complete") is True
         except Exception:  # a truncated zarr.json, a name that is not ours
             continue
@@ -98,16 +97,16 @@ def _written_chunks(root: zarr.Group, path: Path) -> dict[int, zarr.Array]:
 
 def read_results(path: str | os.PathLike[str], chunks: set[int] | None = None) -> dict[int, np.ndarray]:
     """The written chunks' categories, by chunk."""
-    root = zarr.open_group(Path(path), mode="r", zarr_format=3)
-    return {c: np.asarray(check_array(a, f"chunk-{c}", Path(path), "iu")[:], dtype=np.int64)
-            for c, a in _written_chunks(root, Path(path)).items() if chunks is None or c in chunks}
+    root = open_group(path, mode="r")
+    return {c: np.asarray(check_array(a, f"chunk-{c}", as_location(path), "iu")[:], dtype=np.int64)
+            for c, a in _written_chunks(root, as_location(path)).items() if chunks is None or c in chunks}
 
 
 def read_activations(path: str | os.PathLike[str], images: int | None = None) -> sp.csr_matrix:
     """The final activations a run wrote (``--activations``): ``images x neurons`` CSR, the rows of images
     that died all zero. ``images`` defaults to the run's batch size."""
-    path = Path(path)
-    root = zarr.open_group(path, mode="r", zarr_format=3)
+    path = as_location(path)
+    root = open_group(path, mode="r")
     if "activations" not in root:
         raise DasknnError("holds no activations (run with --activations)", path)
     run = dict(root.attrs).get("dasknn", {}).get("run", {})

@@ -13,7 +13,7 @@ import zarr
 
 from ..errors import DasknnError
 from . import common
-from .common import WRITE_ALL, check_array, codecs
+from .common import WRITE_ALL, check_array, codecs, is_url, remote_error_line
 
 def _binsparse(fmt: str, shape: tuple[int, int], nnz: int, values: np.dtype) -> dict[str, Any]:
     return {
@@ -105,7 +105,10 @@ class Sparse:
             val = np.asarray(self.values[a:b])
         except DasknnError:
             raise
-        except Exception as e:  # a checksum mismatch or a missing/garbled chunk
+        except Exception as e:  # a checksum mismatch or a missing/garbled chunk; or a store behind a URL not answering
+            remote = remote_error_line(e) if is_url(self.store) else None
+            if remote is not None:
+                raise DasknnError(f"{self.name}: {remote}", self.store) from None
             raise DasknnError(f"{self.name}: cannot read entries ({self._bad_chunk(start, stop)}{type(e).__name__}: "
                               f"{e}); the store is damaged", self.store) from None
         if idx.size and (idx.min() < 0 or idx.max() >= minor):

@@ -9,18 +9,30 @@ import numpy as np
 
 from ..errors import DasknnError
 from ..kernels import to_host
-from ..partials import new_partial
+from ..locations import as_location, is_url
 from .model import OPT_SLOTS, Model
 
 
-def save_checkpoint(path, model: Model, extra: dict | None = None) -> Path:
-    """Write the model (patterns, values, head, optimiser state, step) as a Zarr group, atomically."""
-    import zarr
+def save_checkpoint(path, model: Model, extra: dict | None = None) -> Path | str:
+    """Write the model (patterns, values, head, optimiser state, step) as a Zarr group, atomically (behind a URL:
+    in place, its attributes written last, so a checkpoint cut short is never loaded)."""
+    # (here: the store imports Zarr, which `dasknn --help` need not load)
+    from ..store.common import discard, open_group, publish, staging
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = new_partial(path)
-    root = zarr.open_group(tmp, mode="w", zarr_format=3)
+    path = as_location(path)
+    if not is_url(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = staging(path)
+    try:
+        _write_checkpoint(open_group(tmp, mode="w"), model, extra)
+        publish(tmp, path)
+    except BaseException:
+        discard(tmp)
+        raise
+    return path
+
+
+def _write_checkpoint(root, model: Model, extra: dict | None) -> None:
 
     def put(name, a):
         a = to_host(a)  # a model trained on the GPU is written from the host
@@ -38,19 +50,17 @@ def save_checkpoint(path, model: Model, extra: dict | None = None) -> Path:
     root.attrs["dasknn-train"] = {"step": model.step, "neurons": model.neurons, "classes": model.classes,
                                   "bias": model.bias, "ymax": None if math.isinf(model.ymax) else model.ymax,
                                   "optimizer": model.optimizer, "depth": model.depth, **(extra or {})}
-    from ..store import replace_atomically  # (here: the store imports Zarr, which `dasknn --help` need not load)
-
-    replace_atomically(tmp, path)
-    return path
 
 
 def load_checkpoint(path) -> tuple[Model, dict]:
     """A model saved by :func:`save_checkpoint`, and its attributes."""
-    import zarr
+    from ..store.common import open_group
 
     try:
-        root = zarr.open_group(Path(path), mode="r", zarr_format=3)
+        root = open_group(as_location(path), mode="r")
         a = dict(root.attrs["dasknn-train"])
+    except DasknnError:
+        raise
     except Exception as e:
         raise DasknnError(f"not a dasknn training checkpoint ({type(e).__name__})", path) from None
     depth = a["depth"]

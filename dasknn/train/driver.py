@@ -9,7 +9,6 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -18,6 +17,7 @@ from .. import modes, timings
 from ..errors import DasknnError
 from ..kernels import to_device
 from ..kernels.warm import WarmSpec, warm_kernels
+from ..locations import as_location, exists, location
 from ..network import Network
 from ..runtime import metrics
 from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
@@ -96,7 +96,7 @@ def layers_of(network) -> tuple[list[sp.csc_matrix], str | None]:
         return list(network), None
     from ..store import open_store
 
-    path = str(Path(network).resolve())
+    path = str(location(network))
     return open_store(path).network().layers, path
 
 
@@ -165,7 +165,7 @@ class _Outcome:
 
 def _start_model(layers, classes: int, neurons: int, checkpoint, resume: bool, **init) -> Model:
     # a resumed run continues from the checkpoint, which must be of this network and optimiser
-    if resume and checkpoint is not None and Path(checkpoint).exists():
+    if resume and checkpoint is not None and exists(as_location(checkpoint)):
         model, _ = load_checkpoint(checkpoint)
         if model.optimizer != init["optimizer"] or model.depth != len(layers) or model.neurons != neurons:
             raise DasknnError("the checkpoint was made with another network or optimiser", checkpoint)
