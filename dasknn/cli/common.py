@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import DasknnError
+from ..locations import local_path
 
 
 class Progress:
@@ -126,6 +128,12 @@ def explain_table(predictions: list, mode: str, group_size: int, measured: float
                      f"  + {setup:.3f}{note}"
                      + (f"  <- ran: measured {measured:.3f} s" if ran else ""))
     return "\n".join(lines)
+
+
+def local_argument(what: str) -> Callable[[str], Path]:
+    """An argument type for ``what`` that only a local file or folder can be (TSV files, a ``.npy``, a CSV): a URL
+    is refused in one line (stores' arguments take :func:`~dasknn.locations.as_location`, where a URL stays one)."""
+    return functools.partial(local_path, what=what)
 
 
 def positive_int(text: str) -> int:

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from ..ingest import import_network
-from .common import Stages, emit
+from ..locations import as_location
+from .common import Stages, emit, local_argument
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -112,7 +113,8 @@ def add_data_parsers(sub) -> None:
                        description="Generate a RadiX-Net-style network: 32 nonzeros per row and column, values 1/16.")
     g.add_argument("--neurons", type=int, required=True, help="neurons per layer (a power of two, e.g. 1024)")
     g.add_argument("--layers", type=int, required=True, help="number of layers")
-    g.add_argument("--out", required=True, help="a .zarr store, or a directory for the published TSV layout")
+    g.add_argument("--out", required=True, type=as_location,
+                   help="a .zarr store (a path or a URL), or a directory for the published TSV layout")
     g.add_argument("--images", type=int, default=0, help="also make this many synthetic images (default 0)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--truth", action="store_true", help="also compute the images' categories with the SciPy reference (float64 and float32), on every "
@@ -124,10 +126,13 @@ def add_data_parsers(sub) -> None:
 
     i = sub.add_parser("import", help="import a GraphChallenge network (and inputs) into a Zarr store",
                        description="Read n{N}-l{k}.tsv files (a directory or neuron{N}.tar.gz) into a dasknn store.")
-    i.add_argument("network", help="directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
-    i.add_argument("--out", required=True, help="the store to write (STORE.zarr)")
-    i.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] to store with the network")
-    i.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv to store with the inputs")
+    i.add_argument("network", type=local_argument("the network's files"),
+                   help="directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
+    i.add_argument("--out", required=True, type=as_location, help="the store to write (STORE.zarr, a path or a URL)")
+    i.add_argument("--inputs", type=local_argument("--inputs"),
+                   help="sparse-images-{N}.tsv[.gz] to store with the network")
+    i.add_argument("--truth", type=local_argument("--truth"),
+                   help="neuron{N}-l{L}-categories.tsv to store with the inputs")
     i.add_argument("--any-name", action="store_true",
                    help="read --inputs and --truth files whose names (sparse-images-{N}, neuron{N}-l{L}-categories) "
                         "say another network's width or depth (refused by default)")
@@ -139,13 +144,14 @@ def add_data_parsers(sub) -> None:
     i.set_defaults(func=cmd_import)
 
     e = sub.add_parser("export", help="write a store back as GraphChallenge TSV files")
-    e.add_argument("store", help="a dasknn store")
-    e.add_argument("--out", required=True, help="directory to write neuron{N}/n{N}-l{k}.tsv (and inputs) into")
+    e.add_argument("store", type=as_location, help="a dasknn store")
+    e.add_argument("--out", required=True, type=local_argument("--out of export"),
+                   help="directory to write neuron{N}/n{N}-l{k}.tsv (and inputs) into")
     e.add_argument("--json", action="store_true", help="print one JSON object")
     e.set_defaults(func=cmd_export)
 
     s = sub.add_parser("info", help="describe and check a store")
-    s.add_argument("store", help="a dasknn store")
+    s.add_argument("store", type=as_location, help="a dasknn store")
     s.add_argument("--check", action="store_true", help="read and check every value, however large the store")
     s.add_argument("--json", action="store_true", help="print one JSON object")
     s.set_defaults(func=cmd_info)

@@ -18,7 +18,8 @@ from .. import timings
 from ..errors import DasknnError
 from ..modes import INFERENCE
 from ..ingest import import_network
-from .common import (Progress, Stages, check_report, emit, explain_table, loss_lines, mismatch_line,
+from ..locations import as_location
+from .common import (Progress, Stages, check_report, emit, explain_table, local_argument, loss_lines, mismatch_line,
                      performance_report, plural, positive_int)
 
 
@@ -228,9 +229,12 @@ def _shown(args: argparse.Namespace, prepared: Prepared, result) -> int:
 
 def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     """Add the options of ``dasknn infer`` to ``f`` (also used by the cluster examples in ``examples/``)."""
-    f.add_argument("--network", help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
-    f.add_argument("--inputs", help="sparse-images-{N}.tsv[.gz] or a store (default: the network store's inputs)")
-    f.add_argument("--truth", help="neuron{N}-l{L}-categories.tsv (default: the truth stored with the inputs)")
+    f.add_argument("--network", type=as_location,
+                   help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
+    f.add_argument("--inputs", type=as_location,
+                   help="sparse-images-{N}.tsv[.gz] or a store (default: the network store's inputs)")
+    f.add_argument("--truth", type=local_argument("--truth"),
+                   help="neuron{N}-l{L}-categories.tsv (default: the truth stored with the inputs)")
     f.add_argument("--any-name", action="store_true",
                    help="read --inputs and --truth files whose names (sparse-images-{N}, neuron{N}-l{L}-categories) "
                         "say another network's width or depth (refused by default)")
@@ -285,14 +289,15 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
                         "a quarter of its memory)")
     f.add_argument("--resident", dest="resident", action="store_true",
                    help="hold every layer, or each part's share, in the workers (the default when they fit)")
-    f.add_argument("--plan-store", metavar="DIR",
+    f.add_argument("--plan-store", metavar="DIR", type=as_location,
                    help="model mode with --stream: where the part plan (each part's blocks and exchange lists, "
                         "made once per partition) is kept (default: inside the network store, under plans/)")
     f.add_argument("--keep-layers", type=int, default=2,
                    help="streaming: layers a worker holds at once, the one computing and the one read ahead (2); "
                         "model mode adds one for each further chunk of a worker where it fits")
     f.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB (default: machine memory / workers)")
-    f.add_argument("--results", help="a Zarr results store: each chunk's categories are written as it finishes")
+    f.add_argument("--results", type=as_location,
+                   help="a Zarr results store: each chunk's categories are written as it finishes")
     f.add_argument("--activations", action="store_true",
                    help="with --results: also write the final activations of every image, chunk by chunk "
                         "(dasknn.store.read_activations reads them back)")
@@ -300,7 +305,8 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
                    help="continue the run that wrote --results: only the chunks not yet written are computed")
     f.add_argument("--gpu", action="store_true",
                    help="run on GPUs: a dask-cuda cluster (one worker per GPU) and CuPy kernels")
-    f.add_argument("--out", help="write the categories (1-based image indices) to this file")
+    f.add_argument("--out", type=local_argument("--out of infer"),
+                   help="write the categories (1-based image indices) to this file")
     f.add_argument("--json", action="store_true", help="print one JSON object")
     f.add_argument("--report", metavar="PATH.html", help="write Dask's performance report (task stream, worker "
                    "profiles, transfers) of the inference to this HTML file (needs bokeh)")

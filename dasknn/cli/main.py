@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from .. import __version__
 from ..errors import DasknnError
+from ..locations import remote_error_line
 from ..timings import Timings, recording, since_process_start
 from .bench import add_bench_parser
 from .data import add_data_parsers
@@ -60,6 +61,13 @@ def run_guarded(func: Callable[..., int | None], *args) -> int:
         return int(func(*args) or 0)
     except DasknnError as e:
         print(f"dasknn: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:
+        # what an object store's client raised where no store named it (a worker's read, say): still one line
+        line = remote_error_line(e, os_errors=False)
+        if line is None:
+            raise
+        print(f"dasknn: error: {line}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("dasknn: interrupted; nothing partial was kept", file=sys.stderr)

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DasknnError
+from ..locations import as_location, exists
 from ..partials import new_partial
-from .common import PLOT_EXTRA, Progress, emit, positive_int, require_matplotlib
+from .common import PLOT_EXTRA, Progress, emit, local_argument, positive_int, require_matplotlib
 
 
 def cmd_partition(args: argparse.Namespace) -> int:
@@ -25,7 +26,7 @@ def cmd_partition(args: argparse.Namespace) -> int:
     on_cluster = args.workers is not None or args.scheduler is not None
     if on_cluster:
         if not is_store(args.network):
-            if not Path(args.network).exists():
+            if not exists(args.network):
                 raise DasknnError("no such file or directory", args.network)
             raise DasknnError("--workers/--scheduler partition a store (the workers read its layers): "
                               "import the network first (dasknn import)")
@@ -87,16 +88,19 @@ def add_partition_parser(sub) -> None:
     pt = sub.add_parser("partition", help="partition the layers' neurons over workers (hypergraph model)",
                         description="Assign every neuron of every layer to one of K parts, minimising the entries "
                                     "parts exchange while balancing every layer's work.")
-    pt.add_argument("network", help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
+    pt.add_argument("network", type=as_location,
+                    help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
     pt.add_argument("--parts", type=int, required=True, help="number of parts (workers), K")
     pt.add_argument("--method", default="hypergraph",
                     choices=("hypergraph", "hypergraph-shared", "hypergraph-layered", "fast", "fast-segments", "block", "random"),
                     help="partitioning method (default hypergraph)")
     pt.add_argument("--epsilon", type=float, default=0.03, help="allowed per-layer imbalance (default 0.03)")
     pt.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    pt.add_argument("--out", help="write the owners array (int32, layers+1 x neurons) to this .npy")
-    pt.add_argument("--plot", metavar="PNG", help="draw per-layer volume against block and random, and per-part load, "
-                    f"to a PNG (needs matplotlib: {PLOT_EXTRA})")
+    pt.add_argument("--out", type=local_argument("--out of partition"),
+                    help="write the owners array (int32, layers+1 x neurons) to this .npy")
+    pt.add_argument("--plot", metavar="PNG", type=local_argument("--plot"),
+                    help="draw per-layer volume against block and random, and per-part load, "
+                         f"to a PNG (needs matplotlib: {PLOT_EXTRA})")
     pt.add_argument("--workers", type=positive_int,
                     help="partition on a local Dask cluster of this many workers (a store only: a worker reads the "
                          "layers and runs the partition with its threads; the client holds the owners)")

@@ -8,8 +8,9 @@ import os
 from .. import timings
 from ..cluster import add_tls_arguments, local_client, tls_options
 from ..errors import DasknnError
+from ..locations import as_location
 from ..train import MODES, OPTIMIZERS, PIPELINE_SCHEDULES, import_weights, train
-from .common import check_report, emit, performance_report, plural, positive_int
+from .common import check_report, emit, local_argument, performance_report, plural, positive_int
 
 
 def add_train_parsers(sub) -> None:
@@ -21,7 +22,8 @@ def add_train_parsers(sub) -> None:
 def add_train_parser(subparsers) -> None:
     """Add ``dasknn train`` to an argparse subparsers object."""
     p = subparsers.add_parser("train", help="train a sparse network (fixed pattern) with a dense classifier head")
-    p.add_argument("--network", required=True, metavar="STORE", help="a dasknn store: the fixed sparsity pattern")
+    p.add_argument("--network", required=True, metavar="STORE", type=as_location,
+                   help="a dasknn store: the fixed sparsity pattern")
     p.add_argument("--data", default="digits", help="digits (scikit-learn) or an .npz with arrays x and y")
     p.add_argument("--epochs", type=int, default=5, help="passes over the training set (default 5)")
     p.add_argument("--batch", type=int, default=64, help="images per step (default 64)")
@@ -53,7 +55,8 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler")
     add_tls_arguments(p)
     p.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="write a checkpoint every N steps")
-    p.add_argument("--checkpoint", default=None, metavar="STORE", help="the checkpoint (a Zarr group, written atomically)")
+    p.add_argument("--checkpoint", default=None, metavar="STORE", type=as_location,
+                   help="the checkpoint (a Zarr group, written atomically)")
     p.add_argument("--resume", action="store_true", help="continue exactly from --checkpoint")
     p.add_argument("--gpu", action="store_true",
                    help="train on GPUs (single or data mode): the same step on CuPy arrays with the CUDA kernels")
@@ -103,9 +106,9 @@ def add_import_weights_parser(subparsers) -> None:
     """Add ``dasknn import-weights`` to an argparse subparsers object."""
     p = subparsers.add_parser("import-weights", help="dense weights (.npz, or .pt with PyTorch) pruned by magnitude "
                                                       "into a store")
-    p.add_argument("model", metavar="MODEL.npz|MODEL.pt")
+    p.add_argument("model", metavar="MODEL.npz|MODEL.pt", type=local_argument("the model"))
     p.add_argument("--sparsity", type=float, default=None, help="share of zeros; default: keep the zeros given")
-    p.add_argument("--out", required=True, metavar="STORE")
+    p.add_argument("--out", required=True, metavar="STORE", type=as_location)
     p.add_argument("--bias", type=float, default=0.0)
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=run_import_weights)
