@@ -9,8 +9,8 @@ from pathlib import Path
 from ..challenge import find_cases, plot_rates, run_case, write_csv
 from ..errors import DasknnError
 from ..modes import INFERENCE
-from .common import (PLOT_EXTRA, check_report, emit, has_matplotlib, mismatch_line, performance_report,
-                     positive_int, require_matplotlib)
+from .common import (PLOT_EXTRA, check_report, emit, has_matplotlib, local_argument, mismatch_line,
+                     performance_report, positive_int, require_matplotlib)
 
 
 def cmd_bench(args) -> int:
@@ -62,10 +62,12 @@ def add_bench_parser(subparsers) -> None:
                     "neuron{N}-l{L}-categories.tsv); run each network and depth that has a truth file, check its "
                     "categories, and write a CSV (neurons, layers, edges, time, rate, correct, ...) and a PNG of "
                     "edges/s by network. Exit status 1 when any result is not correct.")
-    p.add_argument("dir", metavar="DIR", help="the folder holding the published files (searched recursively)")
-    p.add_argument("--out", default="graphchallenge.csv", metavar="CSV", help="the CSV to write (default graphchallenge.csv)")
-    p.add_argument("--plot", metavar="PNG", help="the PNG to draw (default: the CSV's name with .png; needs matplotlib, "
-                   f"{PLOT_EXTRA}: without it the default plot is skipped with a note)")
+    p.add_argument("dir", metavar="DIR", type=local_argument("DIR"), help="the folder holding the published files (searched recursively)")
+    p.add_argument("--out", default="graphchallenge.csv", metavar="CSV", type=local_argument("--out"),
+                   help="the CSV to write (default graphchallenge.csv)")
+    p.add_argument("--plot", metavar="PNG", type=local_argument("--plot"),
+                   help="the PNG to draw (default: the CSV's name with .png; needs matplotlib, "
+                        f"{PLOT_EXTRA}: without it the default plot is skipped with a note)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="arithmetic (default float64, in which the published truth is exact)")
     p.add_argument("--mode", choices=INFERENCE, default="auto",
@@ -77,6 +79,7 @@ def add_bench_parser(subparsers) -> None:
     p.add_argument("--threads-per-worker", type=positive_int, default=1, help="threads per local worker (default 1)")
     p.add_argument("--memory-limit", help="local workers' memory limit, e.g. 2GB")
     p.add_argument("--scheduler", help="address of a running Dask scheduler (instead of a local cluster)")
-    p.add_argument("--report", metavar="PATH.html", help="write Dask's performance report of all runs to this file")
+    p.add_argument("--report", metavar="PATH.html", type=local_argument("--report"),
+                   help="write Dask's performance report of all runs to this file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_bench)

@@ -308,8 +308,9 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
     f.add_argument("--out", type=local_argument("--out of infer"),
                    help="write the categories (1-based image indices) to this file")
     f.add_argument("--json", action="store_true", help="print one JSON object")
-    f.add_argument("--report", metavar="PATH.html", help="write Dask's performance report (task stream, worker "
-                   "profiles, transfers) of the inference to this HTML file (needs bokeh)")
+    f.add_argument("--report", metavar="PATH.html", type=local_argument("--report"),
+                   help="write Dask's performance report (task stream, worker profiles, transfers) of the "
+                        "inference to this HTML file (needs bokeh)")
 
 
 def add_infer_parser(sub) -> None:

@@ -24,7 +24,7 @@ def add_train_parser(subparsers) -> None:
     p = subparsers.add_parser("train", help="train a sparse network (fixed pattern) with a dense classifier head")
     p.add_argument("--network", required=True, metavar="STORE", type=as_location,
                    help="a dasknn store: the fixed sparsity pattern")
-    p.add_argument("--data", default="digits", help="digits (scikit-learn) or an .npz with arrays x and y")
+    p.add_argument("--data", default="digits", type=local_argument("--data"), help="digits (scikit-learn) or an .npz with arrays x and y")
     p.add_argument("--epochs", type=int, default=5, help="passes over the training set (default 5)")
     p.add_argument("--batch", type=int, default=64, help="images per step (default 64)")
     p.add_argument("--lr", type=float, default=1e-3, help="learning rate (default 1e-3)")
@@ -61,7 +61,8 @@ def add_train_parser(subparsers) -> None:
     p.add_argument("--gpu", action="store_true",
                    help="train on GPUs (single or data mode): the same step on CuPy arrays with the CUDA kernels")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--report", metavar="PATH.html", help="write Dask's performance report of the training to this HTML file")
+    p.add_argument("--report", metavar="PATH.html", type=local_argument("--report"),
+                   help="write Dask's performance report of the training to this HTML file")
     p.add_argument("--seed", type=int, default=0, help="seed of the initialisation, split and shuffling (default 0)")
     p.add_argument("--bias", type=float, default=0.0, help="the fixed scalar bias of the sparse layers")
     p.add_argument("--init", choices=("he", "keep"), default="he",

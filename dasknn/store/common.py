@@ -19,7 +19,7 @@ from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from ..errors import DasknnError
 from ..locations import (Location, bounded, is_file, is_url, join, location, remote_error_line, remote_errors, remove,
-                         require_protocol, storage_options)
+                         protocol_of, require_protocol, storage_options, writable)
 from ..partials import new_partial, remove_partial
 
 FORMAT = "dasknn-network"
@@ -177,6 +177,8 @@ def staging(path: Location) -> Location:
     :func:`publish`); behind a URL, the URL itself, emptied first. Object stores have no rename: a store there is
     written in place and counts as whole only once its root's attributes say so, written last."""
     if is_url(path):
+        if not writable(path):
+            raise DasknnError(f"cannot be written: {protocol_of(path)}:// is read only (object stores: s3://)", path)
         remove(path)
         return path
     return new_partial(path)

@@ -185,4 +185,7 @@ def test_urls_are_never_local_paths(s3, tmp_path, monkeypatch, capsys):
     err = one_line_error(capsys, "generate", "--neurons", "1024", "--layers", "1", "--out", f"s3://{BUCKET}/tsv",
                          within=5)
     assert "must be a local path" in err
+    err = one_line_error(capsys, "generate", "--neurons", "1024", "--layers", "1", "--out",
+                         "https://127.0.0.1:9/n.zarr", within=5)
+    assert "https:// is read only" in err
     assert list(tmp_path.iterdir()) == []
