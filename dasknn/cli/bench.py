@@ -62,7 +62,8 @@ def add_bench_parser(subparsers) -> None:
                     "neuron{N}-l{L}-categories.tsv); run each network and depth that has a truth file, check its "
                     "categories, and write a CSV (neurons, layers, edges, time, rate, correct, ...) and a PNG of "
                     "edges/s by network. Exit status 1 when any result is not correct.")
-    p.add_argument("dir", metavar="DIR", type=local_argument("DIR"), help="the folder holding the published files (searched recursively)")
+    p.add_argument("dir", metavar="DIR", type=local_argument("DIR"),
+                   help="the folder holding the published files (searched recursively)")
     p.add_argument("--out", default="graphchallenge.csv", metavar="CSV", type=local_argument("--out"),
                    help="the CSV to write (default graphchallenge.csv)")
     p.add_argument("--plot", metavar="PNG", type=local_argument("--plot"),

@@ -24,7 +24,8 @@ def add_train_parser(subparsers) -> None:
     p = subparsers.add_parser("train", help="train a sparse network (fixed pattern) with a dense classifier head")
     p.add_argument("--network", required=True, metavar="STORE", type=as_location,
                    help="a dasknn store: the fixed sparsity pattern")
-    p.add_argument("--data", default="digits", type=local_argument("--data"), help="digits (scikit-learn) or an .npz with arrays x and y")
+    p.add_argument("--data", default="digits", type=local_argument("--data"),
+                   help="digits (scikit-learn) or an .npz with arrays x and y")
     p.add_argument("--epochs", type=int, default=5, help="passes over the training set (default 5)")
     p.add_argument("--batch", type=int, default=64, help="images per step (default 64)")
     p.add_argument("--lr", type=float, default=1e-3, help="learning rate (default 1e-3)")
