@@ -62,13 +62,16 @@ def slice_url(s3, slice_paths, tmp_path_factory):
     return SLICE
 
 
-def test_import_and_info_through_s3(slice_url, capsys):
+def test_import_info_and_export_through_s3(slice_url, tmp_path, capsys):
     code, info, _ = run(capsys, "info", slice_url, "--check")
     assert code == 0 and info["store"] == slice_url
     assert (info["neurons"], info["layers"], info["images"], info["truth"]) == (1024, 12, 1000, 249)
     assert info["bytes_on_disk"] > 0
     fs, root = locations.filesystem(slice_url)
     assert fs.isfile(f"{root}/zarr.json") and fs.isdir(f"{root}/layers/12")
+    code, _, _ = run(capsys, "export", slice_url, "--out", str(tmp_path))
+    assert code == 0
+    assert io.read_network(tmp_path / "neuron1024", bias=-0.3).edges == info["edges"]
 
 
 @pytest.mark.cluster
