@@ -261,7 +261,8 @@ class NetworkStore:
         if is_url(self.path):
             fs, root = filesystem(self.path)
             with remote_errors(self.path):
-                return int(fs.du(root))
+                sizes = fs.du(root, total=False)
+            return sum(int(n) for key, n in sizes.items() if not key.startswith(f"{root}/plans/"))
         plans = self.path / "plans"  # derived data, not the network
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file() and plans not in f.parents)
 
