@@ -105,13 +105,13 @@ def storage_options(url: str) -> dict[str, Any]:
     return {"config_kwargs": {**S3_CONFIG, **mine}}
 
 
-def filesystem(url: str, asynchronous: bool = False) -> tuple[Any, str]:
+def filesystem(url: str) -> tuple[Any, str]:
     """The fsspec file system of ``url`` (opened with :func:`storage_options`) and the path inside it."""
     import fsspec.core
 
     require_protocol(url)
     with remote_errors(url):
-        fs, root = fsspec.core.url_to_fs(url, asynchronous=asynchronous, **storage_options(url))
+        fs, root = fsspec.core.url_to_fs(url, **storage_options(url))
     return bounded(fs, url), root.rstrip("/")
 
 
