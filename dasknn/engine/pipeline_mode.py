@@ -69,12 +69,10 @@ def stage_weights(path: str, stage: Stage, dtype: str, backend: str) -> list[Blo
     """A stage's layers, read by its worker from the store, in a list indexed like data mode's (layer ``k`` at
     ``k - 1``): the layers before the stage are None, so :func:`~dasknn.engine.tasks.run_segment` runs it as is."""
     store = open_store(path, check="metadata")
-    dev = kernels.to_device
+    layers = ((w.indptr, w.indices, w.data) for w in map(store.layer, range(stage.first, stage.last + 1)))
+    entries = int(store.layer_entries()[stage.first - 1:stage.last].sum())
     blocks: list[Block | None] = [None] * (stage.first - 1)
-    for k in range(stage.first, stage.last + 1):
-        w = store.layer(k)
-        blocks.append((dev(w.indptr, backend), dev(w.indices, backend), dev(w.data.astype(dtype), backend)))
-    return blocks
+    return blocks + kernels.held_layers(layers, entries, dtype, backend)
 
 
 def run_stage(run: str, weights: list | LayerStreamSpec, stage: Stage, bias: float, ymax: float, final: bool,

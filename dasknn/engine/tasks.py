@@ -116,9 +116,8 @@ class StepSpec:
 def load_all_layers(path: str, dtype: str, backend: str) -> list[Block]:
     # data mode: the whole network, read by the worker straight from the store
     store = open_store(path, check="metadata")
-    dev = kernels.to_device
-    return [(dev(w.indptr, backend), dev(w.indices, backend), dev(w.data.astype(dtype), backend))
-            for w in store.iter_layers()]
+    return kernels.held_layers(((w.indptr, w.indices, w.data) for w in store.iter_layers()),
+                               int(store.layer_entries().sum()), dtype, backend)
 
 
 def load_part_layers(path: str, part: list[PartLayer] | tuple[str, int, int], first_rows: int, dtype: str,

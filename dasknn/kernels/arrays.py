@@ -7,6 +7,7 @@ Nothing here imports CuPy at module level: only a call that asks for a device ar
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import ModuleType
 
 import numpy as np
@@ -29,6 +30,19 @@ def to_device(a: np.ndarray, backend: str):
     """``a`` on the device of the backend named ``backend``: a NumPy array for ``"cpu"`` (``a`` itself if it is
     one), a CuPy array for ``"gpu"``."""
     return backend_named(backend).to_device(a)
+
+
+def held_layers(layers: Iterable[tuple], entries: int, dtype, backend: str) -> list[tuple]:
+    """A network's layers (``(indptr, indices, data)`` host arrays, as read; ``entries`` in all) held on the
+    backend named ``backend`` for the chunks that will run through them, with ``dtype`` weights: as its
+    ``hold_layers`` holds them where it has one (the CPU's packed one after another, read in place by its loop),
+    else each array on the device."""
+    held = backend_named(backend)
+    hold = getattr(held, "hold_layers", None)
+    if hold is not None:
+        return hold(layers, entries, np.dtype(dtype))
+    dev = held.to_device
+    return [(dev(indptr), dev(indices), dev(np.asarray(data, dtype=dtype))) for indptr, indices, data in layers]
 
 
 def empty_like_kind(a, shape: tuple[int, ...]):

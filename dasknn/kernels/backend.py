@@ -109,6 +109,10 @@ class Backend(Protocol):
     def back_input(self, delta, indptr, indices, data, n_in: int) -> Array:
         """Training: the error passed down, ``W_block @ delta`` (``n_in x batch``, float64)."""
 
+    # optional: ``hold_layers(layers, entries, dtype) -> list[Block]``, a network's layers (host arrays, as read;
+    # ``entries`` in all) held the way this backend's loop reads them cheapest (the CPU's packed one after
+    # another: kernels.cpu.packed_layers); without it each array goes to the device (kernels.arrays.held_layers)
+
     def keep_on_device(self, key: Hashable, first: int, layers: Iterable[Block]) -> Iterable[Block]:
         """Streamed layers ``first, first + 1, ...`` (host arrays, as read) as this backend's, keeping the copies
         that fit for the next chunks under ``(key, layer)`` (a host backend passes them through)."""

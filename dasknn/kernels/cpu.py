@@ -632,7 +632,7 @@ _TWINS_SEEN: dict[int, tuple[weakref.ref, weakref.ref, np.ndarray, np.ndarray]] 
 
 
 def _layer_twins(layer: tuple, indptr: np.ndarray, indices: np.ndarray, images: int) -> tuple[np.ndarray, ...]:
-    # _twin_groups of all the columns of ``layer`` (indptr, indices: its arrays rebased, as int64), kept for the
+    # _twin_groups of all the columns of ``layer`` (indptr, indices: its arrays rebased, in the loop's types), kept for the
     # layer's arrays while they live; below TWIN_MIN_IMAGES every column is its own group, as _twin_groups gives
     columns = np.arange(indptr.size - 1)
     if images < TWIN_MIN_IMAGES:
@@ -654,6 +654,45 @@ def _layer_twins(layer: tuple, indptr: np.ndarray, indices: np.ndarray, images: 
     return order, starts
 
 
+#: The layer loop's row indices: a layer's rows number fewer than 2**31.
+_INDEX = np.dtype(np.int32)
+
+
+def packed_layers(layers: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]], entries: int,
+                  dtype) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The layers, for holding: their indices (32-bit) and data (``dtype``) copied into two flat arrays of
+    ``entries`` items, each layer's a view of them after the one before, so that :func:`run_layers_numpy` reads
+    a group of consecutive layers where they are instead of gathering it for every chunk."""
+    flat_indices, flat_data = np.empty(entries, dtype=_INDEX), np.empty(entries, dtype=dtype)
+    out, start = [], 0
+    for indptr, indices, data in layers:
+        stop = start + indices.size
+        if stop > entries:
+            raise ValueError(f"packed_layers: the layers hold more than {entries:,} entries")
+        flat_indices[start:stop] = indices
+        flat_data[start:stop] = data
+        out.append((np.asarray(indptr, dtype=np.int64), flat_indices[start:stop], flat_data[start:stop]))
+        start = stop
+    if start != entries:
+        raise ValueError(f"packed_layers: the layers hold {start:,} entries, not {entries:,}")
+    return out
+
+
+def _in_place(arrays: list[np.ndarray], dtype: np.dtype) -> np.ndarray | None:
+    # one view spanning ``arrays`` where they lie one after another in one flat array of ``dtype`` (as
+    # packed_layers leaves them); None otherwise
+    base = arrays[0].base
+    if base is None or base.ndim != 1 or base.dtype != dtype or not base.flags.c_contiguous:
+        return None
+    start = (arrays[0].ctypes.data - base.ctypes.data) // dtype.itemsize
+    at = start
+    for a in arrays:
+        if a.base is not base or a.dtype != dtype or a.ctypes.data != base.ctypes.data + at * dtype.itemsize:
+            return None
+        at += a.size
+    return base[start:at]
+
+
 def _concatenated(group: list, dtype: np.dtype, images: int) -> tuple[np.ndarray, ...]:
     # the group's layers as flat arrays: each layer's pointers rebased to its own entries, and where each starts;
     # then each layer's twins (_twin_groups), its orders and group starts concatenated likewise
@@ -665,9 +704,17 @@ def _concatenated(group: list, dtype: np.dtype, images: int) -> tuple[np.ndarray
     # into this thread's scratch: fresh arrays of megabytes per group are fresh mappings whose pages fault in, which
     # under a Dask nanny's malloc settings cost twice the kernel's own time on a 1,920-layer network of one live
     # column (and the group is done with them before the next is gathered)
+    # layers held packed (packed_layers) are read in place; others are gathered as 32-bit rows (what the store
+    # holds): where a converged chunk's single column makes every layer a pass through memory, 64-bit indices
+    # were half the loop's bytes and the gathering as long as the loop
     entries = int(entry_starts[-1])
-    indices = np.concatenate([ix for _, ix, _ in group], out=_scratch(entries, np.dtype(np.int64), "indices")[:entries])
-    data = np.concatenate([d for _, _, d in group], out=_scratch(entries, dtype, "data")[:entries])
+    indices = _in_place([ix for _, ix, _ in group], _INDEX)
+    if indices is None:
+        indices = np.concatenate([ix for _, ix, _ in group], out=_scratch(entries, _INDEX, "indices")[:entries],
+                                 casting="unsafe")
+    data = _in_place([d for _, _, d in group], dtype)
+    if data is None:
+        data = np.concatenate([d for _, _, d in group], out=_scratch(entries, dtype, "data")[:entries])
     twins = [_layer_twins(layer, p, indices[entry_starts[k]:entry_starts[k + 1]], images)
              for k, (layer, p) in enumerate(zip(group, indptrs))]
     twin_starts = np.zeros(len(group) + 1, dtype=np.int64)
@@ -719,6 +766,8 @@ class CpuBackend:
 
     def keep_on_device(self, key: Hashable, first: int, layers: Iterable[tuple]) -> Iterable[tuple]:
         return layers  # the host is where the layers are read into
+
+    hold_layers = staticmethod(packed_layers)
 
     release = staticmethod(release_scratch)
 

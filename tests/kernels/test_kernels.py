@@ -271,6 +271,44 @@ def test_layer_loop_across_tiles_and_groups_is_bit_equal_to_one_layer_at_a_time(
     np.testing.assert_array_equal(x, given)  # the loop reuses its own outputs' memory, never the caller's array
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_held_layers_are_packed_and_read_in_place_with_the_same_result(monkeypatch, dtype):
+    # data mode holds a network packed (kernels.held_layers): every group of its layers is read where it lies,
+    # never gathered, and the loop's results are those of layers held one array each
+    monkeypatch.setattr(cpu, "GROUP_LAYERS", 3)
+    rng = np.random.default_rng(11)
+    layers = [_random_block(rng, 64, 64, 0.12, k == 2) for k in range(8)]
+    for w in layers:
+        w.data = np.abs(w.data) + 0.05
+    as_read = [(w.indptr, w.indices, w.data) for w in layers]
+    held = kernels.held_layers(iter(as_read), sum(w.nnz for w in layers), dtype, "cpu")
+    assert [h[1].dtype for h in held] == [np.int32] * 8 and [h[2].dtype for h in held] == [dtype] * 8
+    assert all(h[1].base is held[0][1].base and h[2].base is held[0][2].base for h in held)
+    span = cpu._in_place([h[1] for h in held[2:5]], np.dtype(np.int32))
+    assert span is not None and np.shares_memory(span, held[2][1])
+    np.testing.assert_array_equal(span, np.concatenate([w.indices for w in layers[2:5]]))
+    assert cpu._in_place([w.indices for w in layers[2:5]], np.dtype(np.int32)) is None  # arrays of their own
+    assert cpu._in_place([held[2][1], held[4][1]], np.dtype(np.int32)) is None  # not one after the other
+    gathered = []
+    concatenate = np.concatenate
+
+    def counted(arrays, *args, **kwargs):
+        gathered.append(sum(a.size for a in arrays))
+        return concatenate(arrays, *args, **kwargs)
+
+    x = ((rng.random((64, 150)) < 0.3) * 4.0).astype(dtype)
+    x[:, ::9] = 0  # dead from the start
+    want = kernels.run_layers_numpy(x, [(p, i, d.astype(dtype)) for p, i, d in as_read], -0.3, 32.0, np.arange(150))
+    monkeypatch.setattr(cpu.np, "concatenate", counted)
+    got = kernels.run_layers_numpy(x, held, -0.3, 32.0, np.arange(150))
+    assert 0 < got[1].size < 150
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[0], want[0])
+    assert max(gathered) < layers[0].nnz  # pointers and twins, never a group's entries
+    with pytest.raises(ValueError, match="entries"):
+        kernels.held_layers(iter(as_read), 5, dtype, "cpu")
+
+
 def test_layer_loop_reuses_its_outputs_memory_from_group_to_group(monkeypatch):
     # one layer a group (as at 65,536 neurons): a fresh output array per layer would be a fresh mapping whose pages
     # are zeroed on first touch; the loop keeps to two outputs' memory however many groups it runs
