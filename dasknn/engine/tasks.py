@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import kernels
+from ..kernels.ends import run_layers_remembering
 from ..kernels.folds import Folds
 from ..kernels.marks import SyncMarks, column_classes, kept_columns
 from ..plan import PartLayer, layer_counts, local_block, plan_layer, received_rows
@@ -188,6 +189,9 @@ def run_segment(run: str, weights: list[Block] | LayerStreamSpec, yt: np.ndarray
         layers = kernels.backend_of(yt).keep_on_device(weights, first, layers)
     if folds is None:
         yt, ids = kernels.run_layers(yt, layers, bias, ymax, ids)
+    elif folds.enabled:  # (vectors other chunks here converged to take the ends those found)
+        yt, ids, folds = run_layers_remembering(inference_run(run).ends, yt, layers, first, last, bias, ymax, ids,
+                                                folds)
     else:
         yt, ids, folds = kernels.run_layers(yt, layers, bias, ymax, ids, folds=folds)
     if not final:

@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import kernels
 from ..errors import DasknnError
+from ..kernels.ends import KnownEnds
 from ..plan import PartLayer
 from ..runtime.exchange import Endpoint
 from ..runtime.worker_runs import worker_run
@@ -112,6 +113,9 @@ class InferenceRun:
     streams: dict[StreamSpec, ReadAhead] = field(default_factory=dict)
     #: the boundary messages built here, by the layer they are for
     messages: dict[int, MessageBytes] = field(default_factory=dict)
+    #: data and pipeline modes with folding: the ends of the vectors this worker's chunks converged to, for its
+    #: later chunks to take instead of running them through the same layers again
+    ends: KnownEnds = field(default_factory=KnownEnds)
     #: the run's end of the exchange here (what it sent to parts on other workers, by message tag; what reached it)
     endpoint: Endpoint = field(init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -192,6 +196,7 @@ class InferenceRun:
         self.spaces.clear()
         self.plans.clear()
         self.blocks.clear()
+        self.ends.clear()
         self.endpoint.close()
         kernels.release_backends()  # and the kernels' caches: device copies of streamed layers, steps' scratch
 

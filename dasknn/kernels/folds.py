@@ -122,6 +122,16 @@ class Folds:
         return dataclasses.replace(self, columns=np.concatenate([self.columns, np.asarray(columns, np.int64)]),
                                    alive=np.concatenate([self.alive, np.asarray(alive, np.int64)]))
 
+    def alive_through(self, start: int, stop: int, weight: int) -> Folds:
+        """This record with ``weight`` more images alive after each of its layers ``start`` to ``stop - 1``
+        (counted from 0; layers not counted, as after all of its images died, count 0 before): images whose later
+        layers were known without running them (:mod:`dasknn.kernels.ends`)."""
+        columns = np.zeros(max(stop, self.columns.size), dtype=np.int64)
+        alive = np.zeros_like(columns)
+        columns[:self.columns.size], alive[:self.alive.size] = self.columns, self.alive
+        alive[start:stop] += weight
+        return dataclasses.replace(self, columns=columns, alive=alive)
+
     def folded(self, merged: np.ndarray, into: np.ndarray) -> Folds:
         """This record with images ``merged`` folded into ``into`` (alive and distinct when they were)."""
         if not len(merged):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from dasknn import engine, generate, store
 
@@ -124,3 +125,30 @@ def test_the_cost_model_counts_the_collapse_where_images_fold(client, converging
     assert cost.computed_per_layer(on.calibration, depth).sum() < cost.alive_per_layer(on.calibration, depth).sum()
     np.testing.assert_array_equal(cost.computed_per_layer(off.calibration, depth),
                                   cost.alive_per_layer(off.calibration, depth))
+
+
+@pytest.fixture(scope="module")
+def deep_converging_store(tmp_path_factory):
+    """A generated 1024 x 72 network: its images converge before layer 32, where a worker's chunks share ends."""
+    return generate.write(tmp_path_factory.mktemp("deep") / "d.zarr", 1024, 72, images_count=300, seed=3)
+
+
+def test_a_workers_later_chunks_take_the_ends_its_earlier_chunks_found(client, deep_converging_store):
+    # the same 300 images four times over, four chunks on two workers: after layer 32 (kernels.ends.ENDS_EVERY)
+    # each worker's later chunks take the ends its first found, so the last layers compute each worker's columns
+    # once, and every image's category and the per-layer alive counts are as computed image by image
+    import dasknn
+
+    images = store.open_store(deep_converging_store).inputs.rows()
+    once = dasknn.infer(deep_converging_store, images, client, mode="data", chunks=1, compress=True)
+    four = sp.vstack([images] * 4).tocsr()
+    on = dasknn.infer(deep_converging_store, four, client, mode="data", chunks=4, compress=True)
+    off = dasknn.infer(deep_converging_store, four, client, mode="data", chunks=4, compress=False)
+    n = images.shape[0]
+    want = np.concatenate([once.categories + i * n for i in range(4)])
+    np.testing.assert_array_equal(off.categories, want)
+    np.testing.assert_array_equal(on.categories, want)
+    assert on.layer_alive == off.layer_alive and on.layer_alive[-1] == 4 * once.layer_alive[-1] > 0
+    assert 0 < once.layer_columns[-1] <= 8  # converged: one chunk's last layer computes a few columns
+    assert on.layer_columns[:32] == [4 * c for c in once.layer_columns[:32]]  # before layer 32: every chunk
+    assert sum(on.layer_columns[32:]) <= 2 * sum(once.layer_columns[32:])  # after: once per worker

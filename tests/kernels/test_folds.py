@@ -1,5 +1,6 @@
 """Images that converge are computed once (dasknn.kernels.folds): the record, its schedule of looks, and the CPU
-loop's folds on the real network's slice, bit for bit against the loop that computes every image."""
+loop's folds on the real network's slice, bit for bit against the loop that computes every image; and the ends a
+worker's chunks share (dasknn.kernels.ends)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from dasknn import io
-from dasknn.kernels import cpu, folds
+from dasknn.kernels import cpu, ends, folds
 from dasknn.kernels.folds import Folds
 
 
@@ -79,3 +80,54 @@ def test_a_hash_never_folds_alone_equal_hashes_are_compared(real_slice, monkeypa
     order, want = np.argsort(images), np.argsort(off_ids)
     np.testing.assert_array_equal(images[order], off_ids[want])
     np.testing.assert_array_equal(on[:, columns[order]], off[:, want])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_later_chunks_take_the_ends_earlier_chunks_found_bit_for_bit(real_slice, monkeypatch, dtype):
+    # a worker's chunks converge onto the same vectors: a later chunk's column equal to one an earlier chunk had
+    # after a looked-up layer takes that column's end, and every image ends exactly as computed one by one
+    monkeypatch.setattr(ends, "ENDS_EVERY", 4)
+    monkeypatch.setattr(ends, "ENDS_MOST_COLUMNS", 10 ** 6)  # the slice's 12 layers converge less than 120 do
+    net, x = real_slice
+    layers = [(w.indptr, w.indices, w.data.astype(dtype)) for w in net.layers]
+    half = x.shape[0] // 2
+    known = ends.KnownEnds()
+
+    def chunk(rows: slice, start: int, record: Folds, remembering: bool = True):
+        yt = np.ascontiguousarray(x[rows].toarray().T.astype(dtype))
+        ids = np.arange(start, start + yt.shape[1])
+        if not remembering:
+            return cpu.run_layers_numpy(yt, layers, net.bias, net.ymax, ids, folds=record)
+        return ends.run_layers_remembering(known, yt, layers, 1, len(layers), net.bias, net.ymax, ids, record)
+
+    computed = []
+    for rows, start in ((slice(0, half), 0), (slice(half, None), half), (slice(0, half), x.shape[0])):
+        off, off_ids, counted = chunk(rows, start, Folds(enabled=False), remembering=False)
+        on, on_ids, record = chunk(rows, start, Folds())
+        images, columns = record.expand(on_ids)
+        order, want = np.argsort(images), np.argsort(off_ids)
+        np.testing.assert_array_equal(images[order], off_ids[want])
+        np.testing.assert_array_equal(on[:, columns[order]], off[:, want])  # bit for bit
+        np.testing.assert_array_equal(record.alive, counted.alive)  # the skipped layers' images counted alive
+        computed.append(record.columns)
+        assert len(known) > 0
+    # the first half again (other ids): its converged columns all took their ends after layer 4 or 8
+    assert computed[2][8:].sum() < computed[0][8:].sum() and computed[2][:4].sum() == computed[0][:4].sum()
+    assert computed[1][8:].sum() < computed[0][8:].sum()
+
+
+def test_known_ends_are_compared_never_trusted_to_the_hash_and_bounded_in_bytes():
+    known = ends.KnownEnds(most_bytes=64)  # one end: its 3 + 2 float64s
+    at = np.array([[1.0, 2.0], [0.0, 3.0], [4.0, 0.0]])
+    end = np.array([[5.0, 6.0], [7.0, 8.0], [0.0, 0.0]])[:2]
+    record = Folds().folded(np.array([9]), np.array([11]))  # image 9 was folded into 11 later
+    known.learn(3, [(2, at, np.array([9, 10]))], end, np.array([11, 12]), record)
+    assert len(known) == 1  # image 10 did not reach the end; 9 did, as 11
+    found = known.find(2, 3, at)
+    np.testing.assert_array_equal(found[0], end[:, 0])
+    assert found[1] is None and known.find(2, 4, at) == [None, None] and known.find(1, 3, at) == [None, None]
+    near = at.copy()
+    near[0, 0] = np.nextafter(1.0, 2.0)
+    assert known.find(2, 3, near)[0] is None
+    known.learn(3, [(2, at[:, 1:], np.array([12]))], end, np.array([11, 12]), record)
+    assert len(known) == 1  # over its bytes: not kept
