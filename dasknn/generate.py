@@ -10,6 +10,11 @@ activations collapse to one value per image; overlapping windows give paths of d
 challenge's networks have. A seeded relabelling of the neurons (the same for every layer and for the generated
 images' pixels, so the diagonal stays) makes each seed a different network whose structure is hidden from its
 labels, as a partitioner must expect.
+
+Weights are the challenge's constant 1/16 (``weights="constant"``, which Zstandard squeezes 27x), or drawn
+(``weights="random"``): uniform in [1/32, 3/32), a float32 each, so a stored layer costs what a pruned real network's
+does to read (the low mantissa bits are noise no compressor removes). Their mean is the constant's, so a layer's
+gain is the same and the challenge's bias keeps images neither all dead nor all alive after many layers.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from .network import CHALLENGE_YMAX, Network, challenge_bias
 
 RADIX_BITS = 5  # 2**5 = 32 nonzeros per row and column
 WEIGHT = 1.0 / 16.0
+#: How a generated network's weight values are made (``--weights``): the challenge's constant, or drawn.
+WEIGHTS = ("constant", "random")
 
 
 def _bits(neurons: int) -> int:
@@ -65,20 +72,45 @@ def butterfly_layer(neurons: int, k: int, perm: np.ndarray | None = None, dtype:
     return sp.csc_matrix((data, rows.ravel().astype(np.int32), indptr), shape=(neurons, neurons))
 
 
-def iter_layers(neurons: int, layers: int, seed: int = 0, dtype: type = np.float32) -> Iterator[sp.csc_matrix]:
-    """Yield the ``layers`` layers of a generated network one at a time (for streaming into a store)."""
+def _check_weights(weights: str) -> None:
+    if weights not in WEIGHTS:
+        raise DasknnError(f"--weights must be one of {', '.join(WEIGHTS)} (got {weights!r})")
+
+
+def random_weights(count: int, seed: int, k: int) -> np.ndarray:
+    """Layer ``k``'s drawn weight values (float32, uniform in [1/32, 3/32), mean 1/16), in the CSC's entry order.
+
+    Drawn from their own stream (seed, layer), so a layer is the same whether made alone or in a sequence.
+    """
+    rng = np.random.default_rng([seed, k, 0x3E16])
+    return (rng.uniform(0.5, 1.5, size=count) * WEIGHT).astype(np.float32)
+
+
+def iter_layers(neurons: int, layers: int, seed: int = 0, dtype: type = np.float32,
+                weights: str = "constant") -> Iterator[sp.csc_matrix]:
+    """Yield the ``layers`` layers of a generated network one at a time (for streaming into a store).
+
+    ``weights`` is one of :data:`WEIGHTS`; random values are drawn in float32 whatever ``dtype``, so every
+    precision computes with the values a store keeps.
+    """
+    _check_weights(weights)
     perm = relabelling(neurons, seed)
     for k in range(1, layers + 1):
-        yield butterfly_layer(neurons, k, perm, dtype)
+        w = butterfly_layer(neurons, k, perm, dtype)
+        if weights == "random":
+            w.data = random_weights(w.nnz, seed, k).astype(dtype)
+        yield w
 
 
-def network(neurons: int, layers: int, seed: int = 0, bias: float | None = None, dtype: type = np.float32) -> Network:
+def network(neurons: int, layers: int, seed: int = 0, bias: float | None = None, dtype: type = np.float32,
+            weights: str = "constant") -> Network:
     """A whole generated network in memory (see the module's description)."""
     if layers < 1:
         raise DasknnError(f"--layers must be at least 1 (got {layers})")
-    return Network(list(iter_layers(neurons, layers, seed, dtype)),
+    drawn = "" if weights == "constant" else f", weights={weights!r}"
+    return Network(list(iter_layers(neurons, layers, seed, dtype, weights)),
                    challenge_bias(neurons) if bias is None else bias,
-                   source=f"dasknn.generate(neurons={neurons}, layers={layers}, seed={seed})")
+                   source=f"dasknn.generate(neurons={neurons}, layers={layers}, seed={seed}{drawn})")
 
 
 def images(count: int, neurons: int, seed: int = 0, strokes: int = 2, width: int = 3) -> sp.csr_matrix:
@@ -143,6 +175,7 @@ def reference_categories(
     dtypes: tuple[type, ...] = (np.float64, np.float32),
     threads: int | None = None,
     progress: Callable[[int], None] | None = None,
+    weights: str = "constant",
 ) -> dict[type, np.ndarray]:
     """The categories of ``batch`` through the generated network, by the reference, in each of ``dtypes``.
 
@@ -165,6 +198,8 @@ def reference_categories(
         Threads of the pool: the cores this process may use by default.
     progress
         Called with the number of each layer done.
+    weights
+        The generated network's weight values (:data:`WEIGHTS`).
 
     Returns
     -------
@@ -183,9 +218,9 @@ def reference_categories(
               for dt in dtypes for c, (a, b) in enumerate(zip(edges[:-1], edges[1:]))}
     pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dasknn-truth")
     try:
-        for k, w in enumerate(iter_layers(neurons, layers, seed), start=1):
-            weights = {dt: w.astype(dt).tocsr() for dt in dtypes}  # converted once per layer, read by every chunk
-            steps = {key: pool.submit(reference.layer_step, y, weights[key[0]], bias, CHALLENGE_YMAX)
+        for k, w in enumerate(iter_layers(neurons, layers, seed, weights=weights), start=1):
+            by_dtype = {dt: w.astype(dt).tocsr() for dt in dtypes}  # converted once per layer, read by every chunk
+            steps = {key: pool.submit(reference.layer_step, y, by_dtype[key[0]], bias, CHALLENGE_YMAX)
                      for key, y in chunks.items()}
             chunks = {key: step.result() for key, step in steps.items()}
             if progress is not None:
@@ -207,9 +242,13 @@ def write(
     progress: Callable[[int], None] | None = None,
     bias: float | None = None,
     stage: Callable[[str, int], Callable[[int], None] | None] | None = None,
+    weights: str = "constant",
 ) -> Path | str:
     """Generate a network (and images) into ``out``: a store if it ends in ``.zarr`` (a local path or a URL), else
     the published layout (a local folder).
+
+    ``weights`` (:data:`WEIGHTS`): the challenge's constant 1/16, or values drawn so the stored layers do not
+    compress (the same wiring, the same mean, the same default bias).
 
     With ``truth``, the categories are computed by the reference (:func:`reference_categories`, float64 and
     float32) and saved beside. ``stage(name, total)`` is called as each stage begins (:data:`LAYERS_STAGE`, then
@@ -225,8 +264,11 @@ def write(
     if layers < 1:
         raise DasknnError(f"--layers must be at least 1 (got {layers})")
     _bits(neurons)
+    _check_weights(weights)
     im = images(images_count, neurons, seed) if images_count else None
     source = f"dasknn generate --neurons {neurons} --layers {layers} --seed {seed}"
+    if weights != "constant":
+        source += f" --weights {weights}"  # a constant store's record as before
 
     def begin(name: str) -> Callable[[int], None] | None:
         return (stage(name, layers) if stage is not None else None) or progress
@@ -235,11 +277,11 @@ def write(
         if im is None or not truth:
             return {}
         # in both precisions: images on a threshold may flip between them
-        return reference_categories(neurons, layers, seed, im, bias, progress=begin(TRUTH_STAGE))
+        return reference_categories(neurons, layers, seed, im, bias, progress=begin(TRUTH_STAGE), weights=weights)
 
     def stream() -> Iterator[sp.csc_matrix]:
         done = begin(LAYERS_STAGE)
-        for k, w in enumerate(iter_layers(neurons, layers, seed), start=1):
+        for k, w in enumerate(iter_layers(neurons, layers, seed, weights=weights), start=1):
             yield w
             if done is not None:
                 done(k)

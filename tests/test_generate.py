@@ -115,3 +115,60 @@ def test_generate_shows_a_bar_per_stage_on_a_terminal(tmp_path, monkeypatch, cap
     shown = term.getvalue()
     assert generate.LAYERS_STAGE in shown and generate.TRUTH_STAGE in shown and "3/3" in shown
     assert "dasknn: " not in shown  # bars, not lines
+
+
+def test_random_weights_keep_the_wiring_and_are_drawn_once_per_seed_and_layer():
+    constant = generate.network(1024, 3, seed=4)
+    drawn = generate.network(1024, 3, seed=4, weights="random")
+    again = list(generate.iter_layers(1024, 3, seed=4, dtype=np.float64, weights="random"))
+    for c, r, r64 in zip(constant.layers, drawn.layers, again):
+        np.testing.assert_array_equal(r.indptr, c.indptr)
+        np.testing.assert_array_equal(r.indices, c.indices)
+        assert r.dtype == np.float32 and np.unique(r.data).size > 0.99 * r.nnz  # no two values alike, or nearly
+        assert 1 / 32 <= r.data.min() and r.data.max() < 3 / 32 and abs(r.data.mean() - 1 / 16) < 1e-3
+        np.testing.assert_array_equal(r64.data, r.data.astype(np.float64))  # every precision sees the stored values
+    assert not np.array_equal(drawn.layers[0].data, drawn.layers[1].data)
+    with pytest.raises(DasknnError, match="--weights must be one of constant, random"):
+        generate.network(1024, 1, weights="gaussian")
+
+
+def test_a_random_weights_store_does_not_compress(tmp_path, capsys):
+    sizes = {}
+    for weights in generate.WEIGHTS:
+        out = tmp_path / f"{weights}.zarr"
+        assert main(["generate", "--neurons", "1024", "--layers", "4", "--weights", weights, "--out", str(out)]) == 0
+        sizes[weights] = store.open_store(out).nbytes_on_disk()
+        values = sum(f.stat().st_size for f in out.glob("layers/*/values/**/*") if f.is_file())
+        raw = 4 * 32 * 1024 * 4  # float32 values of 4 layers
+        sizes[f"{weights} values"] = values / raw
+    assert sizes["random"] > 8 * sizes["constant"]
+    # drawn float32 values: only their sign and exponent bits are alike (a byte in four), which Zstandard finds
+    assert sizes["random values"] > 0.8 and sizes["constant values"] < 0.1
+
+
+@pytest.mark.parametrize("neurons, layers", [(1024, 60), (4096, 24)])
+def test_random_weights_neither_kill_nor_keep_every_image(neurons, layers):
+    net = generate.network(neurons, layers, seed=1, weights="random")
+    cats = reference.infer_categories(net.layers, generate.images(300, neurons, seed=1), net.bias, net.ymax,
+                                      np.float64)
+    assert 0.05 * 300 < cats.size < 0.9 * 300
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("mode", ["data", "model"])
+def test_a_random_weights_store_infers_the_reference_categories(mode, tmp_path, client, capsys):
+    import json
+
+    out = tmp_path / "r.zarr"
+    assert main(["generate", "--neurons", "1024", "--layers", "30", "--images", "200", "--truth", "--weights", "random",
+                 "--out", str(out)]) == 0
+    s = store.open_store(out)
+    expected = reference.infer_categories(s.network().layers, s.inputs.rows(), s.bias, s.ymax, np.float32)
+    assert 0 < expected.size < 200
+    capsys.readouterr()
+    categories = tmp_path / "categories.tsv"
+    assert main(["infer", "--network", str(out), "--mode", mode, "--scheduler", client.scheduler.address,
+                 "--out", str(categories), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["matches_truth"] is True
+    np.testing.assert_array_equal(io.read_categories(categories), expected)

@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from ..generate import WEIGHTS
 from ..ingest import import_network
 from ..locations import as_location
 from .common import Stages, emit, local_argument
@@ -19,12 +20,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         out = generate.write(args.out, args.neurons, args.layers, args.images, args.seed, truth=args.truth,
-                             overwrite=args.overwrite, bias=args.bias, stage=stages.begin)
+                             overwrite=args.overwrite, bias=args.bias, stage=stages.begin, weights=args.weights)
     finally:
         stages.close()
     seconds = time.perf_counter() - t0
     report = {"out": str(out), "neurons": args.neurons, "layers": args.layers, "edges": 32 * args.neurons * args.layers,
-              "images": args.images, "seed": args.seed, "seconds": round(seconds, 3)}
+              "images": args.images, "seed": args.seed, "weights": args.weights, "seconds": round(seconds, 3)}
     emit(args, report, f"wrote {out}: {args.neurons} neurons x {args.layers} layers, {args.images} images "
                        f"in {seconds:.1f} s")
     return 0
@@ -120,6 +121,9 @@ def add_data_parsers(sub) -> None:
     g.add_argument("--truth", action="store_true", help="also compute the images' categories with the SciPy reference (float64 and float32), on every "
                         "core: far slower than the network itself (see the README)")
     g.add_argument("--bias", type=float, help="layer bias (default: the challenge's for N)")
+    g.add_argument("--weights", choices=WEIGHTS, default="constant",
+                   help="weight values: the challenge's constant 1/16 (default), or random (uniform in [1/32, 3/32), "
+                        "mean 1/16: the same wiring and bias, stored bytes that do not compress, as a real network's)")
     g.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     g.add_argument("--json", action="store_true", help="print one JSON object")
     g.set_defaults(func=cmd_generate)
