@@ -10,7 +10,7 @@ from ..cluster import add_tls_arguments, local_client, tls_options
 from ..errors import DasknnError
 from ..locations import as_location
 from ..train import MODES, OPTIMIZERS, PIPELINE_SCHEDULES, import_weights, train
-from .common import check_report, emit, local_argument, performance_report, plural, positive_int
+from .common import check_report, emit, local_argument, loss_lines, performance_report, plural, positive_int
 
 
 def add_train_parsers(sub) -> None:
@@ -95,6 +95,7 @@ def run_train(args) -> int:
                   f"train loss {s['train_loss']:.4f}, test accuracy {100 * s['test_accuracy']:.2f} %, "
                   f"state {s['state_bytes']:,} B (dense with mask {s['dense_masked_state_bytes']:,} B), "
                   f"{s['bytes_sent_per_step']:,.0f} B sent per step"
+                  + (f"\n{loss_lines(result.recoveries)}" if result.recoveries else "")
                   + (f"\n{recorded.line()}" if recorded is not None else ""))
     return 0
 

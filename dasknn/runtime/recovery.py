@@ -244,8 +244,9 @@ class Recovery:
 
     :meth:`run` calls an attempt with the workers there are; when a worker those workers name leaves (whatever the
     attempt was doing: a scatter, a pinned task, a gather), the policy waits up to ``wait_seconds`` for as many
-    workers as there were (a nanny restarts a killed one at a new address), then calls the attempt again with the
-    workers there are then: the attempt redoes only what the loss left unfinished. It gives up with one line naming
+    workers as there were before the loss (a nanny restarts a killed one at a new address), then calls the attempt
+    again with the workers there are then, fewer where one was not replaced (the run goes on on those, and the
+    :class:`Loss` says so): the attempt redoes only what the loss left unfinished. It gives up with one line naming
     the lost workers and the phase (:attr:`phase`, which the workflow sets as it goes) after ``max_losses`` losses,
     when no worker is left, or when the work no longer fits the workers left.
 
@@ -269,7 +270,9 @@ class Recovery:
                  advice: str = "see the workers' logs"):
         self.client, self.workflow = client, workflow
         self.workers = sorted(workers)
-        self.expected = len(self.workers)
+        #: how many workers the workflow started on, and how many a loss waits for: as many as there were before
+        #: it (fewer once one was not replaced: a later loss does not wait again for a worker that never came)
+        self.started = self.expected = len(self.workers)
         self.max_losses, self.wait_seconds, self.advice = max_losses, wait_seconds, advice
         self.losses: list[Loss] = []
         #: the phase running now, named by the workflow (``"partition"``, ``"plan"``, ...)
@@ -335,13 +338,13 @@ class Recovery:
                               f"came back within {self.wait_seconds:.0f} s; start workers and run again")
         self.losses.append(Loss(tuple(lost.lost), self.phase, round(time.perf_counter() - t0, 3), len(workers),
                                 details))
-        self.workers = workers
+        self.workers, self.expected = workers, len(workers)
 
     def _shrunk(self, error: BaseException) -> bool:
         # a check that failed because the workflow goes on with fewer workers than it started with
         from ..errors import DasknnError
 
-        return isinstance(error, DasknnError) and bool(self.losses) and len(self.workers) < self.expected
+        return isinstance(error, DasknnError) and bool(self.losses) and len(self.workers) < self.started
 
     def _after_shrinking(self, error: BaseException) -> BaseException:
         from ..errors import DasknnError

@@ -53,6 +53,9 @@ class TrainResult:
     partition: str = ""
     restarts: int = 0
     group_size: int = 0
+    #: each loss of workers the run survived (:meth:`dasknn.runtime.recovery.Loss.as_dict`): who, in which phase,
+    #: the step it restarted from, the wait and the workers it went on with (fewer where one was not replaced)
+    recoveries: list = field(default_factory=list)
     #: compiling the kernels (or loading them from Numba's cache) before the steps' clock: the longest warm-up
     #: among the workers (this process in single mode); ``seconds`` is the steps alone
     compile_seconds: float = 0.0
@@ -82,7 +85,8 @@ class TrainResult:
                 "test_accuracy": self.test_accuracy, "state_bytes": self.model.state_bytes(),
                 "dense_masked_state_bytes": self.model.dense_masked_state_bytes(),
                 "bytes_sent_per_step": self.bytes_sent_per_step, "optimizer": self.model.optimizer,
-                "group_size": self.group_size, "restarts": self.restarts, "stages": self.stages,
+                "group_size": self.group_size, "restarts": self.restarts, "recoveries": self.recoveries,
+                "stages": self.stages,
                 "micro_batches": self.micro_batches, "stage_layers": self.stage_layers,
                 "stage_held_micro_batches": self.stage_held_micro_batches,
                 "pipeline_schedule": self.pipeline_schedule}
@@ -161,6 +165,7 @@ class _Outcome:
     restarts: int = 0
     compile_seconds: float = 0.0
     figures: dict = field(default_factory=dict)  # what the runner measured (pipeline mode: stages' busy time)
+    recoveries: list = field(default_factory=list)  # each loss of workers survived (Loss.as_dict)
 
 
 def _start_model(layers, classes: int, neurons: int, checkpoint, resume: bool, **init) -> Model:
@@ -276,7 +281,8 @@ def _run_on_cluster(client, recovery: Recovery, start_on_cluster, model: Model, 
         run.runner.close()
         # a lost worker's counter is lost with it; a restarted one counts from zero
         sent = sum(sent1[w] - run.sent0.get(w, 0) for w in sent1) + pushed
-        return _Outcome(final, run.losses, seconds, sent, len(recovery.losses), run.compile_seconds, figures)
+        return _Outcome(final, run.losses, seconds, sent, len(recovery.losses), run.compile_seconds, figures,
+                        [loss.as_dict() for loss in recovery.losses])
 
     def on_loss(lost) -> dict:
         if run.runner is not None:
@@ -435,7 +441,7 @@ def train(
                        test_accuracy=accuracy(run.model, np.ascontiguousarray(x_te.T), y_te),
                        train_accuracy=accuracy(run.model, np.ascontiguousarray(x_tr.T), y_tr),
                        bytes_sent=run.bytes_sent,
-                       partition=part_name, restarts=run.restarts,
+                       partition=part_name, restarts=run.restarts, recoveries=run.recoveries,
                        group_size=parts if mode in (modes.HYBRID, modes.PIPELINE) else 0,
                        compile_seconds=run.compile_seconds, **_pipeline_figures(mode, parts, micro_batches, run))
 

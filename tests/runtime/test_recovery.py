@@ -271,6 +271,30 @@ def test_the_policy_redoes_an_attempt_on_the_workers_there_are_after_a_loss():
                               "workers_now": 2}
 
 
+def test_once_a_worker_was_not_replaced_a_later_loss_waits_only_for_the_workers_left():
+    from dasknn.runtime.recovery import Recovery, WorkersLost
+
+    client = _Client(["a", "b", "c"])
+    policy = Recovery(client, "inference", ["a", "b", "c"], max_losses=3, wait_seconds=1.0)
+    seen = []
+
+    def attempt(workers):
+        seen.append(workers)
+        if len(seen) == 1:  # c leaves for good: the run waits, then goes on with a and b
+            client.scheduler.snapshots = [["a", "b"]]
+            raise WorkersLost(["c"])
+        if len(seen) == 2:  # b is lost and its nanny brings d at once: as many as there were before this loss
+            client.scheduler.snapshots = [["a", "d"]]
+            raise WorkersLost(["b"])
+        return "done"
+
+    assert policy.run(attempt) == "done"
+    assert seen == [["a", "b", "c"], ["a", "b"], ["a", "d"]]
+    first, second = policy.losses
+    assert first.waited_seconds >= 1.0 and first.workers_now == 2
+    assert second.waited_seconds < 0.5 and second.workers_now == 2  # not another wait for c
+
+
 def test_a_scatter_to_a_lost_worker_counts_as_the_loss_and_a_fault_of_its_own_does_not():
     policy = _policy(_Client(["a"], ["a"], ["a", "c"]))  # b gone: the scheduler's KeyError for it is the loss
     calls = []

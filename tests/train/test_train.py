@@ -147,6 +147,43 @@ def test_killed_worker_run_resumes_from_checkpoint(client, tmp_path, mode):
     assert tr.load_checkpoint(tmp_path / "ck.zarr")[0].step == 12
 
 
+@pytest.mark.cluster
+def test_a_worker_never_replaced_costs_time_and_training_goes_on_on_the_workers_left_saying_so(monkeypatch, tmp_path):
+    # three in-process workers (no nanny: a closed one stays gone); one closed for good after step 6: after the wait
+    # the run restarts from its checkpoint on the two left, with the losses of a whole run, and says so in one line
+    import sys
+
+    from distributed import Client, LocalCluster
+
+    from dasknn.cli.common import loss_lines
+
+    monkeypatch.setattr(sys.modules["dasknn.train.driver"], "AWAIT_WORKERS_SECONDS", 1.0)
+    whole = small_run("data", 3, None, "adam", steps=12)
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        victim = sorted(cluster.workers)[-1]
+        closed = []
+
+        def close_one(step):
+            if step == 6 and not closed:
+                worker = cluster.workers[victim]
+                closed.append(worker.address)
+                client.sync(worker.close)
+
+        run = small_run("data", 3, client, "adam", steps=12, checkpoint=tmp_path / "ck.zarr", checkpoint_every=4,
+                        chunk=2, progress=close_one)
+        assert closed and closed[0] not in client.nthreads() and len(client.nthreads()) == 2
+    assert run.steps == 12 and run.restarts == 1
+    np.testing.assert_allclose(run.losses, whole.losses, rtol=1e-12, atol=0)
+    [loss] = run.recoveries
+    assert loss["lost"] == closed and loss["phase"] == "steps" and loss["restart_from_step"] == 4
+    assert loss["workers_now"] == 2 and loss["waited_seconds"] >= 1.0
+    assert run.summary()["recoveries"] == run.recoveries
+    line = loss_lines(run.recoveries)
+    assert line.startswith(f"lost {closed[0]} in the steps phase: waited ") and "\n" not in line
+    assert "went on with 2 workers (restart from step 4)" in line
+
+
 @pytest.mark.parametrize("mode", ["single", "model"])
 def test_checkpoint_resume_is_exact(client, tmp_path, mode):
     ck = tmp_path / "ck.zarr"
