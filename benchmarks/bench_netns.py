@@ -89,9 +89,7 @@ def main() -> None:
 
     from dasknn.testing import process_cluster
 
-    why_not = netns.available()
-    if why_not:
-        raise SystemExit(f"no network namespaces here: {why_not}")
+    netns.require()
     folder = Path(args.store)
     folder.mkdir(parents=True, exist_ok=True)
     store = network_store(folder)

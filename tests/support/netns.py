@@ -17,6 +17,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dasknn.testing import stop_process_groups
 
@@ -41,6 +42,13 @@ def available() -> str:
         return f"ip netns add is not permitted here ({made.stderr.strip()})"
     subprocess.run(["ip", "netns", "del", name], capture_output=True)
     return ""
+
+
+def require() -> None:
+    """For a script: end it in one line where namespaces cannot be made here (:func:`available`)."""
+    why_not = available()
+    if why_not:
+        raise SystemExit(f"no network namespaces here: {why_not}")
 
 
 @dataclass
@@ -75,6 +83,52 @@ class NamespacedCluster:
         _ip("link", "set", "eth0", "down", ns=self.workers[worker].ns)
 
 
+def limit_rate(host: Host, rate: str) -> None:
+    """Limit ``host``'s link to ``rate`` (``tc``'s notation: ``1gbit``, ``100mbit``) both ways: a token bucket
+    (``tbf``) on the namespace's end and on the root namespace's."""
+    for dev, ns in (("eth0", host.ns), (host.veth, None)):
+        cmd = ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", "128kb", "latency", "10ms"]
+        subprocess.run(cmd if ns is None else ["ip", "netns", "exec", ns, *cmd], check=True, capture_output=True)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A namespace reached from the root namespace by one veth pair: the far host and the near end's address."""
+
+    host: Host
+    near: str  # the root namespace's address on the link
+
+    def bytes_in(self) -> int:
+        """Bytes that have come from the namespace over the link (received by the root namespace's end)."""
+        return int(Path(f"/sys/class/net/{self.host.veth}/statistics/rx_bytes").read_text())
+
+    def bytes_out(self) -> int:
+        """Bytes that have gone to the namespace over the link."""
+        return int(Path(f"/sys/class/net/{self.host.veth}/statistics/tx_bytes").read_text())
+
+
+@contextlib.contextmanager
+def namespace_behind_link(rate: str) -> Iterator[Link]:
+    """One namespace, reached from this (root) namespace by a single veth pair limited to ``rate`` both ways
+    (:func:`limit_rate`): every process here that talks to it shares the link. Removed after."""
+    tag = uuid.uuid4().hex[:4]
+    subnet = f"{NET}.{int(tag, 16) % 200 + 20}"
+    host = Host(f"dk{tag}far", f"{subnet}.1", f"dk{tag}far")
+    try:
+        subprocess.run(["ip", "netns", "add", host.ns], check=True, capture_output=True)
+        _ip("link", "add", host.veth, "type", "veth", "peer", "name", "eth0", "netns", host.ns)
+        _ip("addr", "add", f"{subnet}.254/24", "dev", host.veth)
+        _ip("link", "set", host.veth, "up")
+        _ip("addr", "add", f"{host.address}/24", "dev", "eth0", ns=host.ns)
+        _ip("link", "set", "eth0", "up", ns=host.ns)
+        _ip("link", "set", "lo", "up", ns=host.ns)
+        limit_rate(host, rate)
+        yield Link(host, f"{subnet}.254")
+    finally:
+        subprocess.run(["ip", "netns", "del", host.ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", host.veth], capture_output=True)
+
+
 @contextlib.contextmanager
 def namespaced_cluster(workers: int = 2, rate: str = "1gbit", delay_worker: int | None = None,
                        delay_seconds: float = 0.001, env: dict[str, str] | None = None,
@@ -103,11 +157,7 @@ def namespaced_cluster(workers: int = 2, rate: str = "1gbit", delay_worker: int 
             _ip("addr", "add", f"{host.address}/24", "dev", "eth0", ns=host.ns)
             _ip("link", "set", "eth0", "up", ns=host.ns)
             _ip("link", "set", "lo", "up", ns=host.ns)
-            for dev, ns in (("eth0", host.ns), (host.veth, None)):  # both ways
-                cmd = ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", "128kb", "latency",
-                       "10ms"]
-                subprocess.run(cmd if ns is None else ["ip", "netns", "exec", ns, *cmd], check=True,
-                               capture_output=True)
+            limit_rate(host, rate)
         sched, client, worker_hosts = hosts[0], hosts[1], hosts[2:]
         scheduler = f"tcp://{sched.address}:8786"
         procs.append(_spawn(sched.ns, ["-m", "dask", "scheduler", "--host", sched.address, "--port", "8786",

@@ -1,0 +1,255 @@
+"""Streamed data, pipeline and model mode against a store behind a rate-limited link, side by side (issue 45).
+
+On a GPU cluster the workers compute 50-100x faster than these two cores, so reading the network from where it is
+kept (an object store, a shared file system) is most of a run. A slow link here stands in for that balance: the
+store is served from a network namespace of its own (``tests/support/netns.py``, ``namespace_behind_link``) through
+one veth pair limited by ``tc tbf`` to ``--rate`` both ways, which every worker shares; the workers, the scheduler
+and the client stay on this host (their exchange is not limited: the cluster's interconnect is not what is
+measured). The store is plain HTTP (``python -m http.server`` in the namespace), or with ``--s3`` an S3 API
+(moto's server) in the namespace.
+
+Made once, before anything is timed: the store (``dasknn generate --weights random`` with its float64 truth, under
+``--dir``), model mode's partition (kept in the store, so served with it) and its part plan (written by the workers
+reading the layers through the link into a local folder beside the store, then served too: each worker streams its
+share of the weights from it through the link, as from a plan kept next to the layers in S3). The kernels are
+compiled on every worker by a small run on the local store.
+
+Then data mode streamed runs on the local store (``local``: what computing and decoding cost, no link), and each
+mode runs once on the store's URL: data mode streamed (every worker reads every layer), pipeline mode
+(each stage reads its own layers once), model mode with K = ``--workers`` parts streamed from the part plan, and
+``--mode auto`` (with ``--explain``: what it predicted, what it chose). Printed side by side: the engine's load
+and inference seconds (a resident mode reads its weights in the load phase, a streamed one while it infers), the
+call's wall seconds, bytes that crossed the link (the interface's counter), the engine's bytes read
+(decoded), the categories and whether they equal the truth.
+
+    sudo python benchmarks/bench_rate_limited_store.py [--neurons 4096] [--layers 120] [--images 200]
+        [--rate 100mbit] [--workers 2] [--memory-limit 2GB] [--modes local,data,pipeline,model,auto] [--s3]
+        [--dir /tmp/bench-rate-limited]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))  # the network-namespace helpers
+sys.path.insert(0, str(HERE))
+
+PORT = 8000
+
+
+@dataclass(frozen=True)
+class Row:
+    """One mode's run against the store behind the link."""
+
+    mode: str
+    ran: str  # the mode that ran (auto's choice)
+    seconds: float  # the engine's inference seconds
+    load: float  # the engine's load phase (weights held, images), the kernels' warm-up in it
+    wall: float
+    link_bytes: int
+    bytes_read: int
+    categories: np.ndarray
+    exact: bool
+    note: str = ""
+
+
+def network(folder: Path, neurons: int, layers: int, images: int, seed: int) -> Path:
+    """The generated random-weights store with its float64 truth (made once)."""
+    from dasknn import generate
+
+    path = folder / f"n{neurons}-l{layers}-i{images}-s{seed}-random.zarr"
+    if not path.exists():
+        generate.write(path, neurons, layers, images, seed=seed, truth=True, weights="random")
+    return path
+
+
+def _wait_for(url: str, seconds: float = 30) -> None:
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except OSError:
+            if time.monotonic() > end:
+                raise SystemExit(f"the store's server did not answer at {url}") from None
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def http_server(ns: str, address: str, folder: Path) -> Iterator[str]:
+    """``folder`` served over plain HTTP from namespace ``ns``; yields its root URL."""
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "http.server", "--bind", address,
+                             str(PORT), "--directory", str(folder)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        root = f"http://{address}:{PORT}"
+        _wait_for(f"{root}/")
+        yield root
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+_MOTO = """
+import sys, time, logging
+from moto.server import ThreadedMotoServer
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+ThreadedMotoServer(ip_address=sys.argv[1], port={port}, verbose=False).start()
+while True:
+    time.sleep(3600)
+"""
+
+
+@contextlib.contextmanager
+def s3_server(ns: str, address: str, folder: Path, names: list[str]) -> Iterator[str]:
+    """moto's S3 server in namespace ``ns``, bucket ``nets`` holding ``names`` from ``folder`` (uploaded through
+    the link before anything is timed); yields the bucket's URL, the environment pointed at the endpoint."""
+    import s3fs
+
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", _MOTO.format(port=PORT), address],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    endpoint = f"http://{address}:{PORT}"
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+                                            "AWS_ENDPOINT_URL")}
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
+                      AWS_ENDPOINT_URL=endpoint)  # the workers, started after, inherit it
+    try:
+        _wait_for(f"{endpoint}/moto-api/")
+        fs = s3fs.S3FileSystem(endpoint_url=endpoint)
+        fs.mkdir("nets")
+        for name in names:
+            fs.put(str(folder / name), f"nets/{name}", recursive=True)
+        yield "s3://nets"
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        proc.terminate()
+        proc.wait(10)
+
+
+def run_mode(client, link, url: str, mode: str, owners: np.ndarray, plan_url: str, truth: np.ndarray) -> Row:
+    """One run of ``mode`` on the store at ``url`` (``local`` : data mode streamed from the local store, no link),
+    the link's bytes counted around it."""
+    from dasknn import engine
+
+    options = {"data": dict(resident=False), "local": dict(resident=False), "pipeline": {},
+               "model": dict(partition=owners, resident=False, plan_store=plan_url),
+               "auto": dict(partition=owners, plan_store=plan_url, explain=True)}[mode]
+    before = link.bytes_in()
+    t0 = time.perf_counter()
+    r = engine.infer(url, client=client, mode="data" if mode == "local" else mode, **options)
+    wall = time.perf_counter() - t0
+    note = ""
+    if mode == "auto":
+        predicted = ", ".join(f"{p.mode} {p.seconds:.1f} s" for p in r.predictions)
+        note = f"auto chose {r.mode}" + (f" (predicted: {predicted})" if predicted else f" ({r.probe_skipped})")
+    elif r.stages:
+        note = "stages " + " ".join(f"{a}-{b}" for a, b in r.stages)
+    return Row(mode, r.mode, r.seconds, r.load_seconds, wall, link.bytes_in() - before, r.bytes_read, r.categories,
+               bool(np.array_equal(r.categories, truth)), note)
+
+
+def table(rows: list[Row]) -> str:
+    """The rows as a Markdown table (bytes against data mode's where it ran)."""
+    data = next((r for r in rows if r.mode == "data"), None)
+    lines = ["| mode | ran | load s | inference s | wall s | bytes over the link | of data mode's | bytes read (decoded) "
+             "| categories | equal to the truth | |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|---|---|"]
+    for r in rows:
+        share = f"{r.link_bytes / data.link_bytes:.2f}" if data and data.link_bytes else "-"
+        lines.append(f"| {r.mode} | {r.ran} | {r.load:.2f} | {r.seconds:.2f} | {r.wall:.2f} | {r.link_bytes:,} | {share} | "
+                     f"{r.bytes_read:,} | {r.categories.size} | {'yes' if r.exact else 'NO'} | {r.note} |")
+    return "\n".join(lines)
+
+
+def prepare(client, path: Path, url: str, parts: int, local_plan: Path, link) -> np.ndarray:
+    """Untimed: the kernels compiled (a run on the local store), the partition (kept in the store) and the part
+    plan (the workers read the layers at ``url``, write ``local_plan``). Returns the owners."""
+    from dasknn import engine
+
+    t0 = time.perf_counter()
+    engine.infer(path, client=client, mode="data", images=20)
+    owners = engine.resolve_partition(str(path), "hypergraph", parts)
+    before = link.bytes_in()
+    engine.infer(url, client=client, mode="model", partition=owners, resident=False, plan_store=str(local_plan),
+                 images=20)
+    print(f"prepared in {time.perf_counter() - t0:.1f} s (the part plan's run read {link.bytes_in() - before:,} "
+          f"bytes over the link)", flush=True)
+    return owners
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--neurons", type=int, default=4096)
+    p.add_argument("--layers", type=int, default=120)
+    p.add_argument("--images", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rate", default="100mbit", help="the link's rate, as tc writes it (e.g. 100mbit, 1gbit)")
+    p.add_argument("--workers", type=int, default=2, help="workers, and model mode's parts K")
+    p.add_argument("--memory-limit", default="2GB")
+    p.add_argument("--modes", default="local,data,pipeline,model,auto",
+                   help="local: data mode streamed from the local store, no link (what computing and decoding cost)")
+    p.add_argument("--s3", action="store_true", help="serve the store from moto's S3 server, not plain HTTP")
+    p.add_argument("--dir", default="/tmp/bench-rate-limited")
+    args = p.parse_args()
+
+    import netns
+
+    from dasknn import store
+    from dasknn.cluster import local_client
+
+    netns.require()
+    folder = Path(args.dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = network(folder, args.neurons, args.layers, args.images, args.seed)
+    truth = store.open_inputs(path).truth(np.float64)
+    plan_name = f"{path.stem}-plan-k{args.workers}.zarr"
+    started = datetime.now(timezone.utc)
+    with netns.namespace_behind_link(args.rate) as link:
+        host = link.host
+        if args.s3:
+            server = s3_server(host.ns, host.address, folder, [path.name])
+        else:
+            server = http_server(host.ns, host.address, folder)
+        with server as root, local_client(workers=args.workers, threads_per_worker=1,
+                                          memory_limit=args.memory_limit) as client:
+            url = f"{root}/{path.name}"
+            local_plan = folder / plan_name
+            shutil.rmtree(local_plan, ignore_errors=True)  # made again: its digest names the store's URL
+            owners = prepare(client, path, url, args.workers, local_plan, link)
+            plan_url = f"{root}/{plan_name}"
+            if args.s3:  # the plan goes up to the bucket beside the store (through the link, untimed)
+                import s3fs
+
+                s3fs.S3FileSystem().put(str(local_plan), f"nets/{plan_name}", recursive=True)
+            rows = []
+            for mode in args.modes.split(","):
+                where = str(path) if mode == "local" else url
+                rows.append(run_mode(client, link, where, mode, owners, plan_url, truth))
+                print(f"{mode}: {rows[-1].seconds:.2f} s, {rows[-1].link_bytes:,} bytes over the link", flush=True)
+    s = store.open_store(path)
+    print(f"\n{started:%Y-%m-%d %H:%M} UTC, {platform.node()}, store {path.name} ({s.nbytes_on_disk():,} bytes "
+          f"stored), {args.workers} workers of {args.memory_limit}, link {args.rate} both ways, "
+          f"{'S3 (moto)' if args.s3 else 'HTTP'}")
+    print(table(rows))
+    cats = [r.categories for r in rows]
+    print("categories equal across modes:", all(np.array_equal(c, cats[0]) for c in cats))
+
+
+if __name__ == "__main__":
+    main()
