@@ -187,6 +187,15 @@ def loss_lines(recoveries: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def say_losses(args, recoveries: list[dict]) -> None:
+    """With ``--json``, each loss of workers the run survived (:func:`loss_lines`) as one line on stderr: stdout
+    holds only the JSON object (its ``recoveries``), and a run that went on with fewer workers says so where a
+    person reads. The text output carries the same lines after its figures."""
+    if getattr(args, "json", False):
+        for line in loss_lines(recoveries).splitlines():
+            print(f"dasknn: {line}", file=sys.stderr, flush=True)
+
+
 def mismatch_line(mismatched: int, images: int, dtype: str) -> str:
     """How many images differ from the truth; for a few in float32, that float64 gives the exact answer."""
     line = f"{mismatched} image{'s differ' if mismatched != 1 else ' differs'} from the truth"

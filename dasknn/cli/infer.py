@@ -20,7 +20,7 @@ from ..modes import INFERENCE
 from ..ingest import import_network
 from ..locations import as_location
 from .common import (Progress, Stages, check_report, emit, explain_table, local_argument, loss_lines, mismatch_line,
-                     performance_report, plural, positive_int)
+                     performance_report, plural, positive_int, say_losses)
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,7 @@ def _shown(args: argparse.Namespace, prepared: Prepared, result) -> int:
     if result.probe_skipped:
         # auto without its cost model (the probe did not fit the workers): which mode ran instead, in one line
         print(f"dasknn: {result.probe_skipped}", file=sys.stderr, flush=True)
+    say_losses(args, result.recoveries)  # (with --json; the text says them after its figures)
     if args.out:
         io.write_categories(args.out, cats)
     report = {

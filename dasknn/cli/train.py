@@ -10,7 +10,8 @@ from ..cluster import add_tls_arguments, local_client, tls_options
 from ..errors import DasknnError
 from ..locations import as_location
 from ..train import MODES, OPTIMIZERS, PIPELINE_SCHEDULES, import_weights, train
-from .common import check_report, emit, local_argument, loss_lines, performance_report, plural, positive_int
+from .common import (check_report, emit, local_argument, loss_lines, performance_report, plural, positive_int,
+                     say_losses)
 
 
 def add_train_parsers(sub) -> None:
@@ -87,6 +88,7 @@ def run_train(args) -> int:
     else:
         result = train(args.network, args.data, **common)
     timings.enter("output")
+    say_losses(args, result.recoveries)  # (with --json; the text says them after its figures)
     s = result.summary()
     recorded = timings.current()
     if recorded is not None:

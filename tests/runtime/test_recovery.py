@@ -112,6 +112,50 @@ def test_a_worker_never_replaced_costs_time_and_the_run_goes_on_with_the_workers
     assert "went on with 2 workers" in line and "\n" not in line
 
 
+@pytest.mark.cluster
+def test_dasknn_infer_json_says_in_one_line_on_stderr_that_it_went_on_with_the_workers_left(deep_store, monkeypatch,
+                                                                                          capsys):
+    # three in-process workers (no nanny: a closed one stays gone) behind a TCP scheduler; one closed for good as
+    # the first tasks run: after the wait the command goes on with two, prints the exact categories' JSON on stdout
+    # and the loss in one line on stderr
+    import json
+    import sys as _sys
+
+    from distributed import Client, LocalCluster
+
+    from dasknn.cli import main
+    from dasknn.cli.common import loss_lines
+
+    monkeypatch.setattr(_sys.modules["dasknn.engine.infer"], "AWAIT_WORKERS_SECONDS", 1.0)
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        victim = cluster.workers[sorted(cluster.workers)[-1]]
+        closed = []
+
+        def close_when_busy() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not any(client.processing().values()):
+                time.sleep(0.02)
+            closed.append(victim.address)
+            client.sync(victim.close)
+
+        t = threading.Thread(target=close_when_busy)
+        t.start()
+        code = main(["infer", "--scheduler", cluster.scheduler_address, "--network", str(deep_store), "--mode",
+                     "data", "--chunks", "6", "--json"])
+        t.join(10)
+        assert closed and closed[0] not in client.nthreads()
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["matches_truth"] is True and report["workers"] == 2
+    [loss] = report["recoveries"]
+    assert loss["lost"] == closed and loss["workers_now"] == 2 and loss["waited_seconds"] >= 1.0
+    said = [line for line in err.splitlines() if line.startswith("dasknn: lost ")]
+    assert said == [f"dasknn: {loss_lines([loss])}"], err
+    assert "went on with 2 workers" in said[0]
+
+
 def test_each_loss_is_one_line_saying_who_where_the_wait_and_the_workers_after():
     from dasknn.cli.common import loss_lines
 
