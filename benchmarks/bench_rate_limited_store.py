@@ -37,7 +37,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -78,33 +77,6 @@ def network(folder: Path, neurons: int, layers: int, images: int, seed: int) -> 
     return path
 
 
-def _wait_for(url: str, seconds: float = 30) -> None:
-    end = time.monotonic() + seconds
-    while True:
-        try:
-            urllib.request.urlopen(url, timeout=2).close()
-            return
-        except OSError:
-            if time.monotonic() > end:
-                raise SystemExit(f"the store's server did not answer at {url}") from None
-            time.sleep(0.2)
-
-
-@contextlib.contextmanager
-def http_server(ns: str, address: str, folder: Path) -> Iterator[str]:
-    """``folder`` served over plain HTTP from namespace ``ns``; yields its root URL."""
-    proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "http.server", "--bind", address,
-                             str(PORT), "--directory", str(folder)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        root = f"http://{address}:{PORT}"
-        _wait_for(f"{root}/")
-        yield root
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
 _MOTO = """
 import sys, time, logging
 from moto.server import ThreadedMotoServer
@@ -116,20 +88,24 @@ while True:
 
 
 @contextlib.contextmanager
-def s3_server(ns: str, address: str, folder: Path, names: list[str]) -> Iterator[str]:
-    """moto's S3 server in namespace ``ns``, bucket ``nets`` holding ``names`` from ``folder`` (uploaded through
+def s3_server(host, folder: Path, names: list[str]) -> Iterator[str]:
+    """moto's S3 server in ``host``'s namespace, bucket ``nets`` holding ``names`` from ``folder`` (uploaded through
     the link before anything is timed); yields the bucket's URL, the environment pointed at the endpoint."""
+    import netns
     import s3fs
 
-    proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", _MOTO.format(port=PORT), address],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    endpoint = f"http://{address}:{PORT}"
+    from dasknn.testing import stop_process_groups
+
+    proc = subprocess.Popen(["ip", "netns", "exec", host.ns, sys.executable, "-c", _MOTO.format(port=PORT),
+                             host.address], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    endpoint = f"http://{host.address}:{PORT}"
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
                                             "AWS_ENDPOINT_URL")}
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
                       AWS_ENDPOINT_URL=endpoint)  # the workers, started after, inherit it
     try:
-        _wait_for(f"{endpoint}/moto-api/")
+        netns.wait_until_answering(f"{endpoint}/moto-api/", proc)
         fs = s3fs.S3FileSystem(endpoint_url=endpoint)
         fs.mkdir("nets")
         for name in names:
@@ -138,8 +114,7 @@ def s3_server(ns: str, address: str, folder: Path, names: list[str]) -> Iterator
     finally:
         for k, v in saved.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-        proc.terminate()
-        proc.wait(10)
+        stop_process_groups([proc], 10.0)
 
 
 def run_mode(client, link, url: str, mode: str, owners: np.ndarray, plan_url: str, truth: np.ndarray) -> Row:
@@ -223,9 +198,9 @@ def main() -> None:
     with netns.namespace_behind_link(args.rate) as link:
         host = link.host
         if args.s3:
-            server = s3_server(host.ns, host.address, folder, [path.name])
+            server = s3_server(host, folder, [path.name])
         else:
-            server = http_server(host.ns, host.address, folder)
+            server = netns.http_server(host, folder, PORT)
         with server as root, local_client(workers=args.workers, threads_per_worker=1,
                                           memory_limit=args.memory_limit) as client:
             url = f"{root}/{path.name}"

@@ -37,6 +37,25 @@ def _infer(cluster, path, *options) -> dict:
     return json.loads(done.stdout)
 
 
+def test_a_namespace_behind_one_link_serves_at_the_links_rate(tmp_path):
+    # the rate-limited store's harness (benchmarks/bench_rate_limited_store.py): what crosses the link is paced by
+    # its token bucket and counted on its near end
+    import time
+    import urllib.request
+
+    payload = np.random.default_rng(0).bytes(3_000_000)
+    (tmp_path / "blob").write_bytes(payload)
+    with netns.namespace_behind_link("40mbit") as link, netns.http_server(link.host, tmp_path) as root:
+        before = link.bytes_in()
+        t0 = time.perf_counter()
+        got = urllib.request.urlopen(f"{root}/blob", timeout=30).read()
+        seconds = time.perf_counter() - t0
+        crossed = link.bytes_in() - before
+    assert got == payload
+    assert len(payload) <= crossed < 1.1 * len(payload)
+    assert seconds > 0.8 * len(payload) * 8 / 40e6  # 0.6 s at 40 Mbit/s; unpaced, a few ms
+
+
 @pytest.mark.parametrize("exchange", ["p2p", "tasks"])
 def test_model_mode_across_hosts_matches_the_truth(network, tmp_path, exchange):
     shutil.copytree(network, tmp_path / "net.zarr")

@@ -130,6 +130,40 @@ def namespace_behind_link(rate: str) -> Iterator[Link]:
 
 
 @contextlib.contextmanager
+def http_server(host: Host, folder: str | os.PathLike[str], port: int = 8000) -> Iterator[str]:
+    """``folder`` served over plain HTTP (``python -m http.server``, a thread a request) from ``host``'s namespace
+    at its address; yields the root URL once it answers."""
+    proc = _spawn(host.ns, ["-m", "http.server", "--bind", host.address, str(port), "--directory", str(folder)],
+                  dict(os.environ))
+    root = f"http://{host.address}:{port}"
+    try:
+        wait_until_answering(f"{root}/", proc)
+        yield root
+    finally:
+        stop_process_groups([proc], 10.0)
+
+
+def wait_until_answering(url: str, proc: subprocess.Popen, seconds: float = 30) -> None:
+    """Return once ``url`` answers a GET (any status); raise where ``proc``, its server, ends or ``seconds``
+    pass first."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except urllib.error.HTTPError:
+            return  # an answer
+        except OSError:
+            if time.monotonic() > end or proc.poll() is not None:
+                raise RuntimeError(f"no server answered at {url}") from None
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
 def namespaced_cluster(workers: int = 2, rate: str = "1gbit", delay_worker: int | None = None,
                        delay_seconds: float = 0.001, env: dict[str, str] | None = None,
                        memory_limit: str = "2GB") -> Iterator[NamespacedCluster]:
