@@ -196,7 +196,11 @@ def run_segment(run: str, weights: list[Block] | LayerStreamSpec, yt: np.ndarray
         yt, ids, folds = kernels.run_layers(yt, layers, bias, ymax, ids, folds=folds)
     if not final:
         return yt, ids, folds
-    yt, ids = expanded(yt, ids, folds)
+    if rows is None and (results is None or not results.activations):
+        # the categories need only the images alive: their representatives' columns are not copied out for them
+        ids = ids if folds is None or not folds.merged.size else folds.expand(ids)[0]
+    else:
+        yt, ids = expanded(yt, ids, folds)
     if results is not None:
         # written by the worker: a stopped run resumes from here
         write_chunk_result(results.path, results.chunk, ids, _rows_of(yt) if results.activations else None)
