@@ -136,6 +136,16 @@ def local_argument(what: str) -> Callable[[str], Path]:
     return functools.partial(local_path, what=what)
 
 
+def add_name_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--truth`` (a local categories file) and ``--any-name`` (read files named for another network) to a
+    command that reads the published inputs (``import``, ``infer``)."""
+    parser.add_argument("--truth", type=local_argument("--truth"),
+                        help="neuron{N}-l{L}-categories.tsv, the truth of the inputs (infer: by default the one stored with them)")
+    parser.add_argument("--any-name", action="store_true",
+                        help="read --inputs and --truth files whose names (sparse-images-{N}, "
+                             "neuron{N}-l{L}-categories) say another network's width or depth (refused by default)")
+
+
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1 (``--workers 0`` is refused, not read as "the default")."""
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..generate import WEIGHTS
 from ..ingest import import_network
 from ..locations import as_location
-from .common import Stages, emit, local_argument
+from .common import Stages, add_name_arguments, emit, local_argument
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -135,11 +135,7 @@ def add_data_parsers(sub) -> None:
     i.add_argument("--out", required=True, type=as_location, help="the store to write (STORE.zarr, a path or a URL)")
     i.add_argument("--inputs", type=local_argument("--inputs"),
                    help="sparse-images-{N}.tsv[.gz] to store with the network")
-    i.add_argument("--truth", type=local_argument("--truth"),
-                   help="neuron{N}-l{L}-categories.tsv to store with the inputs")
-    i.add_argument("--any-name", action="store_true",
-                   help="read --inputs and --truth files whose names (sparse-images-{N}, neuron{N}-l{L}-categories) "
-                        "say another network's width or depth (refused by default)")
+    add_name_arguments(i)
     i.add_argument("--layers", type=int, help="import only the first LAYERS layers")
     i.add_argument("--bias", type=float, help="layer bias (default: the challenge's for N)")
     i.add_argument("--ymax", type=float, default=32.0, help="activation clamp (default 32)")

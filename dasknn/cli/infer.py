@@ -19,8 +19,8 @@ from ..errors import DasknnError
 from ..modes import INFERENCE
 from ..ingest import import_network
 from ..locations import as_location
-from .common import (Progress, Stages, check_report, emit, explain_table, local_argument, loss_lines, mismatch_line,
-                     performance_report, plural, positive_int, say_losses)
+from .common import (Progress, Stages, add_name_arguments, check_report, emit, explain_table, local_argument,
+                     loss_lines, mismatch_line, performance_report, plural, positive_int, say_losses)
 
 
 @dataclass(frozen=True)
@@ -234,11 +234,7 @@ def add_infer_arguments(f: argparse.ArgumentParser) -> None:
                    help="a store, a directory of n{N}-l{k}.tsv files, or neuron{N}.tar.gz")
     f.add_argument("--inputs", type=as_location,
                    help="sparse-images-{N}.tsv[.gz] or a store (default: the network store's inputs)")
-    f.add_argument("--truth", type=local_argument("--truth"),
-                   help="neuron{N}-l{L}-categories.tsv (default: the truth stored with the inputs)")
-    f.add_argument("--any-name", action="store_true",
-                   help="read --inputs and --truth files whose names (sparse-images-{N}, neuron{N}-l{L}-categories) "
-                        "say another network's width or depth (refused by default)")
+    add_name_arguments(f)
     f.add_argument("--batch", type=int, help="use only the first BATCH images")
     f.add_argument("--mode", choices=INFERENCE, default="auto",
                    help="data: every worker runs every layer on its images; model: the layers are partitioned "
