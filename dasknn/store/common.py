@@ -177,11 +177,16 @@ def staging(path: Location) -> Location:
     :func:`publish`); behind a URL, the URL itself, emptied first. Object stores have no rename: a store there is
     written in place and counts as whole only once its root's attributes say so, written last."""
     if is_url(path):
-        if not writable(path):
-            raise DasknnError(f"cannot be written: {protocol_of(path)}:// is read only (object stores: s3://)", path)
+        require_writable(path)
         remove(path)
         return path
     return new_partial(path)
+
+
+def require_writable(url: str) -> None:
+    """Refuse, in one line, a URL whose protocol cannot be written (HTTP)."""
+    if not writable(url):
+        raise DasknnError(f"cannot be written: {protocol_of(url)}:// is read only (object stores: s3://)", url)
 
 
 def publish(tmp: Location, path: Location) -> None:

@@ -17,11 +17,11 @@ from .. import modes, timings
 from ..errors import DasknnError
 from ..kernels import to_device
 from ..kernels.warm import WarmSpec, warm_kernels
-from ..locations import as_location, exists, location
+from ..locations import location
 from ..network import Network
 from ..runtime import metrics
 from ..runtime.recovery import Recovery, ensure_client, smallest_memory_limit, workers_info
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
 from .data import load_data, schedule, split
 from .data_mode import DataRunner
 from .device import check_backend, take_batch
@@ -170,7 +170,7 @@ class _Outcome:
 
 def _start_model(layers, classes: int, neurons: int, checkpoint, resume: bool, **init) -> Model:
     # a resumed run continues from the checkpoint, which must be of this network and optimiser
-    if resume and checkpoint is not None and exists(as_location(checkpoint)):
+    if resume and checkpoint is not None and has_checkpoint(checkpoint):
         model, _ = load_checkpoint(checkpoint)
         if model.optimizer != init["optimizer"] or model.depth != len(layers) or model.neurons != neurons:
             raise DasknnError("the checkpoint was made with another network or optimiser", checkpoint)

@@ -130,6 +130,43 @@ def test_generate_partition_and_train_with_checkpoints_on_s3(s3, s3_scheduler, t
     assert load_checkpoint(checkpoint)[0].step == model.step + resumed["steps"] > model.step
 
 
+def test_a_checkpoint_write_cut_short_leaves_the_last_one_to_resume_from(s3, monkeypatch):
+    # object stores have no rename: a checkpoint written again must not lose the one before it on the way
+    from examples import random_layers, toy_data
+
+    from dasknn import train as tr
+    from dasknn.train import checkpoint
+
+    url = f"s3://{BUCKET}/cut-short.zarr"
+
+    def run(steps, **kw):
+        return tr.train(random_layers(), toy_data(60), epochs=4, batch=16, lr=0.05, optimizer="adam", mode="single",
+                        seed=5, max_steps=steps, checkpoint=url, **kw)
+
+    whole = tr.train(random_layers(), toy_data(60), epochs=4, batch=16, lr=0.05, optimizer="adam", mode="single",
+                     seed=5, max_steps=8)
+    assert run(4, checkpoint_every=2).steps == 4 and tr.load_checkpoint(url)[0].step == 4
+    write = checkpoint._write_checkpoint
+
+    def cut_short(root, model, extra):  # the new checkpoint's data written whole, then the run is gone
+        write(root, model, extra)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "_write_checkpoint", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        run(8, checkpoint_every=2, resume=True)  # cut at step 6's checkpoint
+    monkeypatch.undo()
+    assert tr.load_checkpoint(url)[0].step == 4
+    # a generation a crash left without the switch (written in part) is ignored, and swept by the next write
+    stray = locations.join(url, "step-000000006-00000000")
+    store.common.open_group(stray, mode="w").create_array("params/0", shape=(2,), dtype="f8")
+    rest = run(8, resume=True)
+    assert rest.steps == 4 and rest.losses == whole.losses[4:]
+    assert tr.load_checkpoint(url)[0].step == 8
+    assert "step-000000006-00000000" not in locations.child_names(url)
+    assert len(locations.child_names(url, "step-")) == 1
+
+
 def one_line_error(capsys, *argv: str, within: float) -> str:
     """Run a command that must fail: its one line of stderr, after checking it came within ``within`` seconds."""
     t0 = time.monotonic()
