@@ -8,11 +8,13 @@ Nothing here imports CuPy at module level: only a call that asks for a device ar
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from types import ModuleType
 
 import numpy as np
 
 from .dispatch import backend_named, backend_of, find_backend
+from .uniform import held_with_forms
 
 
 def alive(yt) -> np.ndarray:
@@ -38,10 +40,13 @@ def held_layers(layers: Iterable[tuple], entries: int, dtype, backend: str) -> l
     ``hold_layers`` holds them where it has one (the CPU's packed one after another, read in place by its loop),
     else each array on the device."""
     held = backend_named(backend)
-    hold = getattr(held, "hold_layers", None)
-    if hold is not None:
-        return hold(layers, entries, np.dtype(dtype))
-    dev = held.to_device
+    hold = getattr(held, "hold_layers", None) or partial(_each_on_device, held.to_device)
+    # each layer's form (regular iso-valued or not: kernels.uniform) found as it is read, for uniform columns
+    return held_with_forms(lambda read: hold(read, entries, np.dtype(dtype)), layers)
+
+
+def _each_on_device(dev, layers: Iterable[tuple], entries: int, dtype) -> list[tuple]:
+    # a backend without hold_layers: each array on its device
     return [(dev(indptr), dev(indices), dev(np.asarray(data, dtype=dtype))) for indptr, indices, data in layers]
 
 

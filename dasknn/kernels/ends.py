@@ -24,6 +24,7 @@ import numpy as np
 from .arrays import array_module, to_host
 from .dispatch import backend_of, run_layers
 from .folds import Folds, hash_coefficients
+from .uniform import UniformRun, run_uniform, uniform_values
 
 #: Layers between the points where a chunk's columns are looked up and remembered (the layer numbers, counted
 #: from the network's first, divisible by it).
@@ -105,7 +106,9 @@ def run_layers_remembering(ends: KnownEnds, yt, layers: Iterable[tuple], first: 
     """:func:`~dasknn.kernels.dispatch.run_layers` with ``folds`` over the network's layers ``first`` to ``last``
     (``layers``), in runs that end after each layer divisible by :data:`ENDS_EVERY`: there, once the chunk is down
     to :data:`ENDS_MOST_COLUMNS` columns, those equal to a column ``ends`` knows leave the loop with its end, and
-    the others are remembered, to be learnt with their own ends after ``last``.
+    the others are remembered, to be learnt with their own ends after ``last``; where each of those holds one
+    value in all its rows, they go on through the regular iso-valued layers that follow without the loop
+    (:mod:`dasknn.kernels.uniform`).
 
     Returns
     -------
@@ -136,6 +139,11 @@ def run_layers_remembering(ends: KnownEnds, yt, layers: Iterable[tuple], first: 
             ids, host = ids[~known], host[:, ~known]
         if ids.size:
             seen.append((done, host.copy(), ids.copy()))
+        values = uniform_values(host) if ids.size else None
+        if values is not None:  # (every column one value: through the regular iso-valued layers without the loop)
+            stretch = run_uniform(values, layers, last - done, bias, ymax)
+            layers, done = stretch.rest, done + stretch.ran
+            yt, ids, folds = _after_stretch(yt, ids, folds, stretch)
     if seen and ids.size:
         ends.learn(last, seen, to_host(yt), ids, folds)
     for before, images in skipped:  # (once the loop has counted every layer it ran)
@@ -145,3 +153,15 @@ def run_layers_remembering(ends: KnownEnds, yt, layers: Iterable[tuple], first: 
         yt = xp.concatenate([yt, backend_of(yt).to_device(np.stack(taken, axis=1))], axis=1)
         ids = np.concatenate([ids, np.array(taken_ids, dtype=ids.dtype)])
     return yt, ids, folds
+
+
+def _after_stretch(yt, ids: np.ndarray, folds: Folds, stretch: UniformRun):
+    # the chunk after uniform columns ran ``stretch``: its live columns made anew on yt's backend, the record
+    # counting the images alive after each layer (and no columns computed: the kernels ran none)
+    if not stretch.ran:
+        return yt, ids, folds
+    folds = folds.counted(np.zeros(stretch.ran, dtype=np.int64), stretch.alive_after(folds.weights(ids)))
+    live = stretch.values != 0
+    host = np.empty((stretch.outputs, int(live.sum())), dtype=stretch.values.dtype)
+    host[:] = stretch.values[live]
+    return backend_of(yt).to_device(host), ids[live], folds

@@ -129,8 +129,27 @@ def test_the_cost_model_counts_the_collapse_where_images_fold(client, converging
 
 @pytest.fixture(scope="module")
 def deep_converging_store(tmp_path_factory):
-    """A generated 1024 x 72 network: its images converge before layer 32, where a worker's chunks share ends."""
-    return generate.write(tmp_path_factory.mktemp("deep") / "d.zarr", 1024, 72, images_count=300, seed=3)
+    """A generated 1024 x 72 network with drawn weights: its images converge before layer 32, where a worker's
+    chunks share ends (no layer has one weight, so the loop, not kernels.uniform, carries the converged vector)."""
+    return generate.write(tmp_path_factory.mktemp("deep") / "d.zarr", 1024, 72, images_count=300, seed=3,
+                          weights="random")
+
+
+@pytest.fixture(scope="module")
+def deep_uniform_store(tmp_path_factory):
+    """The same network with the challenge's one weight: its images converge onto every neuron at ymax."""
+    return generate.write(tmp_path_factory.mktemp("deep") / "u.zarr", 1024, 72, images_count=300, seed=3)
+
+
+@pytest.mark.parametrize("resident", [True, False], ids=["resident", "streamed"])
+def test_a_converged_chunk_runs_on_without_the_loop_through_layers_of_one_weight(client, deep_uniform_store,
+                                                                                  resident):
+    # after layer 32 every chunk's columns hold ymax in every row: kernels.uniform takes them through the other
+    # 40 layers without the loop, and the categories and per-layer alive counts are compression off's
+    on, off = _both(client, deep_uniform_store, mode="data", chunks=2, resident=resident)
+    np.testing.assert_array_equal(on.categories, off.categories)
+    assert on.categories.size > 0 and on.layer_alive == off.layer_alive
+    assert sum(on.layer_columns[:32]) > 0 and sum(on.layer_columns[32:]) == 0
 
 
 def test_a_workers_later_chunks_take_the_ends_its_earlier_chunks_found(client, deep_converging_store):
