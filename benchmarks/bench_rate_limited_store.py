@@ -17,14 +17,16 @@ compiled on every worker by a small run on the local store.
 Then data mode streamed runs on the local store (``local``: what computing and decoding cost, no link), and each
 mode runs once on the store's URL: data mode streamed (every worker reads every layer), pipeline mode
 (each stage reads its own layers once), model mode with K = ``--workers`` parts streamed from the part plan, and
-``--mode auto`` (with ``--explain``: what it predicted, what it chose). Printed side by side: the engine's load
+``--mode auto`` (with ``--explain``: what it predicted, what it chose); ``data-again`` and ``model-again`` are data
+and model mode streaming as before issue 45, each chunk fetching its layers again (``bench_read_once.fetched_again``;
+with ``--chunks`` above the workers, a worker's next chunks decode what its stream kept). Printed side by side: the engine's load
 and inference seconds (a resident mode reads its weights in the load phase, a streamed one while it infers), the
 call's wall seconds, bytes that crossed the link (the interface's counter), the engine's bytes read
 (decoded), the categories and whether they equal the truth.
 
     sudo python benchmarks/bench_rate_limited_store.py [--neurons 4096] [--layers 120] [--images 200]
         [--rate 100mbit] [--workers 2] [--memory-limit 2GB] [--modes local,data,pipeline,model,auto] [--s3]
-        [--dir /tmp/bench-rate-limited]
+        [--chunks N] [--dir /tmp/bench-rate-limited]
 """
 
 from __future__ import annotations
@@ -117,17 +119,22 @@ def s3_server(host, folder: Path, names: list[str]) -> Iterator[str]:
         stop_process_groups([proc], 10.0)
 
 
-def run_mode(client, link, url: str, mode: str, owners: np.ndarray, plan_url: str, truth: np.ndarray) -> Row:
-    """One run of ``mode`` on the store at ``url`` (``local`` : data mode streamed from the local store, no link),
-    the link's bytes counted around it."""
+def run_mode(client, link, url: str, mode: str, owners: np.ndarray, plan_url: str, truth: np.ndarray,
+             chunks: int | None = None) -> Row:
+    """One run of ``mode`` on the store at ``url`` (``local`` : data mode streamed from the local store, no link;
+    ``data-again``, ``model-again``: streaming as before issue 45), the link's bytes counted around it."""
+    from bench_read_once import fetched_again
+
     from dasknn import engine
 
+    base = mode.removesuffix("-again")
     options = {"data": dict(resident=False), "local": dict(resident=False), "pipeline": {},
                "model": dict(partition=owners, resident=False, plan_store=plan_url),
-               "auto": dict(partition=owners, plan_store=plan_url, explain=True)}[mode]
+               "auto": dict(partition=owners, plan_store=plan_url, explain=True)}[base]
     before = link.bytes_in()
     t0 = time.perf_counter()
-    r = engine.infer(url, client=client, mode="data" if mode == "local" else mode, **options)
+    with fetched_again(mode.endswith("-again")):
+        r = engine.infer(url, client=client, mode="data" if base == "local" else base, chunks=chunks, **options)
     wall = time.perf_counter() - t0
     note = ""
     if mode == "auto":
@@ -180,6 +187,7 @@ def main() -> None:
     p.add_argument("--modes", default="local,data,pipeline,model,auto",
                    help="local: data mode streamed from the local store, no link (what computing and decoding cost)")
     p.add_argument("--s3", action="store_true", help="serve the store from moto's S3 server, not plain HTTP")
+    p.add_argument("--chunks", type=int, default=None, help="image chunks of every mode (default: the engine's)")
     p.add_argument("--dir", default="/tmp/bench-rate-limited")
     args = p.parse_args()
 
@@ -215,12 +223,12 @@ def main() -> None:
             rows = []
             for mode in args.modes.split(","):
                 where = str(path) if mode == "local" else url
-                rows.append(run_mode(client, link, where, mode, owners, plan_url, truth))
+                rows.append(run_mode(client, link, where, mode, owners, plan_url, truth, args.chunks))
                 print(f"{mode}: {rows[-1].seconds:.2f} s, {rows[-1].link_bytes:,} bytes over the link", flush=True)
     s = store.open_store(path)
     print(f"\n{started:%Y-%m-%d %H:%M} UTC, {platform.node()}, store {path.name} ({s.nbytes_on_disk():,} bytes "
           f"stored), {args.workers} workers of {args.memory_limit}, link {args.rate} both ways, "
-          f"{'S3 (moto)' if args.s3 else 'HTTP'}")
+          f"{'S3 (moto)' if args.s3 else 'HTTP'}{f', {args.chunks} chunks' if args.chunks else ''}")
     print(table(rows))
     cats = [r.categories for r in rows]
     print("categories equal across modes:", all(np.array_equal(c, cats[0]) for c in cats))

@@ -90,15 +90,16 @@ def fits(store, dtype: str, resident: bool, keep_layers: int, g: float, memory: 
     return WORKER_BASE + memory_need(store, dtype, resident, keep_layers, g, width)[0] <= MEMORY_SHARE * memory
 
 
-#: Share of a worker's spare memory (below Dask's pause threshold, after what its run needs) that a streamed
-#: pipeline stage may keep of its layers' stored bytes.
+#: Share of a worker's spare memory (below Dask's pause threshold, after what its run needs) that a stream (a
+#: data-mode worker's, a pipeline stage's, a model-mode part's) may keep of its layers' stored bytes.
 HOLD_SHARE = 0.5
 
 
-def stage_hold_bytes(store, dtype: str, keep_layers: int, memory: float, width: int) -> int:
-    """Pipeline mode, a stage streamed: the bytes its stream may keep of what it fetched from the store (encoded,
-    as stored), so that its next chunks decode its layers from memory instead of fetching them again: a share of
-    what the worker has spare beside its stream and a chunk's activations."""
+def stream_hold_bytes(store, dtype: str, keep_layers: int, memory: float, width: int) -> int:
+    """Streamed layers (data mode, a pipeline stage, a model-mode part), a worker running several chunks: the
+    bytes its stream may keep of what it fetched from the store (encoded, as stored), so that its next chunks
+    decode the layers from memory instead of fetching them again: a share of what the worker has spare beside its
+    stream and a chunk's activations (the whole network's stream, the most a streamed worker holds)."""
     spare = MEMORY_SHARE * memory - WORKER_BASE - memory_need(store, dtype, False, keep_layers, 1, width)[0]
     return max(0, int(HOLD_SHARE * spare))
 

@@ -27,8 +27,8 @@ Block = tuple[np.ndarray, np.ndarray, np.ndarray]  # indptr, indices, data (CSC)
 @dataclass(frozen=True)
 class LayerStreamSpec:
     """Data mode out of core: stream whole layers of the store at ``path`` as ``dtype``, ``keep`` at once; in
-    pipeline mode up to a stage's ``last`` layer only (0: the store's last), keeping up to ``hold_bytes`` of what
-    it fetched in memory as stored, so that the stage's next chunks do not fetch its layers again."""
+    pipeline mode up to a stage's ``last`` layer only (0: the store's last); keeping up to ``hold_bytes`` of what
+    it fetched in memory as stored, so that the worker's (the stage's) next chunks do not fetch its layers again."""
 
     path: str
     dtype: str
@@ -39,12 +39,15 @@ class LayerStreamSpec:
 
 @dataclass(frozen=True)
 class PartStreamSpec:
-    """Model mode out of core: stream part ``part``'s blocks from the part plan at ``plan``, ``keep`` at once."""
+    """Model mode out of core: stream part ``part``'s blocks from the part plan at ``plan``, ``keep`` at once,
+    keeping up to ``hold_bytes`` of what it fetched in memory as stored, so that the worker's next chunks do not
+    fetch them again."""
 
     plan: str
     part: int
     dtype: str
     keep: int
+    hold_bytes: int = 0
 
 
 #: A stream's spec (what the worker opens, once per run and spec).
@@ -129,7 +132,7 @@ class InferenceRun:
             if spec not in self.streams:
                 self.streams[spec] = (LayerStream(spec.path, spec.dtype, spec.keep, spec.last, spec.hold_bytes)
                                       if isinstance(spec, LayerStreamSpec)
-                                      else PartStream(spec.plan, spec.part, spec.dtype, spec.keep))
+                                      else PartStream(spec.plan, spec.part, spec.dtype, spec.keep, spec.hold_bytes))
             return self.streams[spec]
 
     def part_layer(self, part: list[tuple[PartLayer, Block]] | PartStreamSpec, k: int) -> tuple[PartLayer, Block]:

@@ -8,6 +8,8 @@ generated 65,536 x 480 network is 8.3 GB as CSR and 0.3 GB stored); what is over
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import zarr
@@ -57,3 +59,9 @@ def open_held(path: Path | str, limit: int) -> zarr.Group:
     keeps up to ``limit`` bytes; the wrapper is the group's ``store``."""
     base = zarr_store(path, read_only=True) if is_url(path) else LocalStore(path, read_only=True)
     return zarr.open_group(HeldReads(base, limit), mode="r", zarr_format=3)
+
+
+def held_opener(limit: int) -> Callable[[Path | str], zarr.Group] | None:
+    """What :func:`~dasknn.store.common.open_root` opens a store with to keep up to ``limit`` bytes of its reads
+    (:func:`open_held`); None (Zarr's own opening) without a limit."""
+    return partial(open_held, limit=limit) if limit > 0 else None

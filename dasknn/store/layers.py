@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from collections.abc import Iterator, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from .common import (
     staging,
     store_dtype,
 )
-from .held import open_held
+from .held import held_opener
 from .inputs import Inputs, write_inputs
 from .sparse import Sparse, write_sparse
 
@@ -171,8 +170,7 @@ class NetworkStore:
 
     def __init__(self, path: str | os.PathLike[str], check: str = "auto", hold_bytes: int = 0):
         self.path = location(path)
-        held = partial(open_held, limit=hold_bytes) if hold_bytes > 0 else None
-        self.root, attrs = open_root(self.path, (FORMAT,), held)
+        self.root, attrs = open_root(self.path, (FORMAT,), held_opener(hold_bytes))
         #: with ``hold_bytes``: the reads kept in memory (:class:`~dasknn.store.held.HeldReads`), else None
         self.held = self.root.store if hold_bytes > 0 else None
         try:

@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from ..errors import DasknnError
 from ..locations import as_location, remove
 from .common import VERSION, WRITE_ALL, check_array, codecs, location, open_group, open_root
+from .held import held_opener
 from .sparse import Sparse, write_sparse
 
 PLAN_FORMAT = "dasknn-part-plan"
@@ -112,9 +113,11 @@ class PlanStore:
     """A part plan opened for reading: what each part of a model-mode run reads, layer by layer, instead of the
     whole layer (its own columns, already indexed into the rows it reads, and its exchange lists)."""
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], hold_bytes: int = 0):
         self.path = location(path)
-        self.root, attrs = open_root(self.path, (PLAN_FORMAT,))
+        self.root, attrs = open_root(self.path, (PLAN_FORMAT,), held_opener(hold_bytes))
+        #: with ``hold_bytes``: the reads kept in memory (:class:`~dasknn.store.held.HeldReads`), else None
+        self.held = self.root.store if hold_bytes > 0 else None
         try:
             self.parts, self.depth, self.neurons = int(attrs["parts"]), int(attrs["layers"]), int(attrs["neurons"])
             self.network, self.digest = str(attrs["network"]), str(attrs["digest"])

@@ -19,11 +19,13 @@ class ReadAhead:
     ahead in a background thread while the current one computes.
 
     This is what lets a worker run a network larger than its memory: the weights never all load. ``read(k)``
-    returns layer ``k``; ``bytes_read`` adds up ``nbytes`` of what was read.
+    returns layer ``k``; ``bytes_read`` adds up ``nbytes`` of what was read. With ``held`` (the
+    :class:`~dasknn.store.held.HeldReads` that ``read`` reads through), a layer read again is decoded from the bytes
+    it kept: ``bytes_read`` counts only the layers that fetched something from the store.
     """
 
     def __init__(self, read: Callable[[int], Any], depth: int, keep: int = 2,
-                 nbytes: Callable[[Any], int] = lambda arrays: sum(a.nbytes for a in arrays)):
+                 nbytes: Callable[[Any], int] = lambda arrays: sum(a.nbytes for a in arrays), held: Any = None):
         from concurrent.futures import ThreadPoolExecutor
 
         if keep < 1:
@@ -33,6 +35,7 @@ class ReadAhead:
         self.bytes_read = 0
         self._reader = read
         self._nbytes = nbytes
+        self._held = held
         self._cache: dict[int, Any] = {}  # layer -> Future of what read(k) returns
         self._front = 0  # the furthest layer asked for in this pass
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dasknn-prefetch")
@@ -40,9 +43,12 @@ class ReadAhead:
         self._count_lock = threading.Lock()  # bytes_read, added to by the reading thread
 
     def _read(self, k: int) -> Any:
+        # (one reading thread: what the held reads fetched meanwhile is this layer's)
+        before = self._held.fetched if self._held is not None else 0
         out = self._reader(k)
-        with self._count_lock:
-            self.bytes_read += self._nbytes(out)
+        if self._held is None or self._held.fetched > before:
+            with self._count_lock:
+                self.bytes_read += self._nbytes(out)
         return out
 
     def _request(self, k: int) -> None:
@@ -83,32 +89,24 @@ class LayerStream(ReadAhead):
     """A store's layers, whole, as CSC raw arrays ``(indptr, indices, data)`` with values as ``dtype`` (data mode).
     With ``last`` (pipeline mode: a stage's last layer) nothing past that layer is read, not even ahead. With
     ``hold_bytes``, up to that many bytes of what it fetches stay in memory as stored (encoded), so a layer read
-    again (a stage's next chunk) is decoded from memory: ``bytes_read`` counts the layers fetched from the store."""
+    again (a worker's next chunk, a stage's) is decoded from memory: ``bytes_read`` counts the layers fetched from
+    the store."""
 
     def __init__(self, path: str | os.PathLike[str], dtype: str, keep: int = 2, last: int = 0, hold_bytes: int = 0):
         self.store = open_store(path, check="metadata", hold_bytes=hold_bytes)
         self.dtype = np.dtype(dtype)
-        super().__init__(self._layer, last or self.store.depth, keep)
+        super().__init__(self._layer, last or self.store.depth, keep, held=self.store.held)
 
     def _layer(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         w = self.store.layer(k)
         return w.indptr, w.indices, w.data.astype(self.dtype, copy=False)
 
-    def _read(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        held = self.store.held
-        before = held.fetched if held is not None else 0
-        out = self._layer(k)
-        if held is None or held.fetched > before:  # (a layer decoded from held bytes was not read from the store)
-            with self._count_lock:
-                self.bytes_read += sum(a.nbytes for a in out)
-        return out
-
 
 class PartStream(ReadAhead):
     """One part's layers from a part plan, as ``(PartLayer, (indptr, indices, data))`` (model mode): a part reads
-    its own columns only."""
+    its own columns only; with ``hold_bytes``, its worker's next chunks decode them from the bytes it kept."""
 
-    def __init__(self, path: str | os.PathLike[str], part: int, dtype: str, keep: int = 2):
-        self.plan = PlanStore(path)
+    def __init__(self, path: str | os.PathLike[str], part: int, dtype: str, keep: int = 2, hold_bytes: int = 0):
+        self.plan = PlanStore(path, hold_bytes)
         super().__init__(lambda k: self.plan.part_layer(part, k, dtype), self.plan.depth, keep,
-                         nbytes=lambda out: sum(a.nbytes for a in out[1]))
+                         nbytes=lambda out: sum(a.nbytes for a in out[1]), held=self.plan.held)

@@ -340,9 +340,7 @@ def test_model_mode_streams_only_each_parts_share(small_memory_client, slice_sto
     assert not first.resident and first.chunks == 1 and first.plan_seconds > 0
     # each part read its own blocks of every layer once: together, about the network once, not once per worker
     owners = np.load(_owners_file(slice_store, partition, tmp_path), allow_pickle=False)
-    found = store.open_plan_store(plan_dir, str(slice_store), owners)
-    assert found is not None
-    share = sum(a.nbytes for q in range(2) for k in range(1, 13) for a in found.part_layer(q, k, "float64")[1])
+    share = _parts_bytes(plan_dir, slice_store, owners)
     assert first.bytes_read == share
     s = store.open_store(slice_store)
     whole = sum(w.indices.nbytes + w.data.astype(np.float64).nbytes for w in s.iter_layers())
@@ -357,6 +355,33 @@ def test_model_mode_streams_only_each_parts_share(small_memory_client, slice_sto
                          dtype="float64", plan_store=plan_dir)
     np.testing.assert_array_equal(again.categories, slice_truth)
     assert (plan_dir / "zarr.json").stat().st_mtime_ns == stamp and again.bytes_read == share
+
+
+def _parts_bytes(plan_dir, store_path, owners) -> int:
+    # the bytes the parts' streams read for every layer of the part plan once (their blocks, float64 values)
+    found = store.open_plan_store(plan_dir, str(store_path), owners)
+    assert found is not None
+    return sum(a.nbytes for q in range(found.parts) for k in range(1, found.depth + 1)
+               for a in found.part_layer(q, k, "float64")[1])
+
+
+@pytest.mark.cluster
+def test_a_streaming_worker_fetches_each_layer_once_for_all_its_chunks(small_memory_client, slice_store, slice_truth,
+                                                                         tmp_path):
+    # three chunks a worker, each streaming the layers from the first to the last: the worker keeps what it fetched
+    # (it has the room) and decodes its next chunks' layers from memory, so the store is read once per worker
+    data = engine.infer(slice_store, client=small_memory_client, mode="data", resident=False, chunks=6,
+                        dtype="float64")
+    np.testing.assert_array_equal(data.categories, slice_truth)
+    s = store.open_store(slice_store)
+    per_pass = sum(w.indptr.nbytes + w.indices.nbytes + w.data.astype(np.float64).nbytes for w in s.iter_layers())
+    assert data.chunks == 6 and data.bytes_read == 2 * per_pass  # (once per chunk: 6 x)
+    # model mode: each part's worker fetches its part's blocks once for its four chunks
+    model = engine.infer(slice_store, client=small_memory_client, mode="model", partition="block", resident=False,
+                         chunks=4, dtype="float64", plan_store=tmp_path / "plan")
+    np.testing.assert_array_equal(model.categories, slice_truth)
+    owners = np.load(_owners_file(slice_store, "block", tmp_path), allow_pickle=False)
+    assert model.chunks == 4 and model.bytes_read == _parts_bytes(tmp_path / "plan", slice_store, owners)
 
 
 def _owners_file(store_path, method: str, tmp_path) -> str:
