@@ -309,17 +309,26 @@ def _step_tiles(tiles, nb, indptr, indices, data, bias, ymax, out, columns):  # 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def _squeeze(buf, rows, t, live, ids, weights):  # pragma: no cover - compiled
-    # move the tile's live columns (and their ids and weights) to the front, in order; returns how many there are
-    k = 0
-    for b in range(t):
+    # move the tile's live columns (and their ids and weights) to the front, in order; returns how many there are.
+    # Row by row from the first dead column: moving a column at a time strode through every row of the tile (in
+    # L2), 3.5x slower where one image of 256 had died
+    first = 0
+    while first < t and live[first]:
+        first += 1
+    if first == t:
+        return t
+    kept = np.empty(t - first, dtype=np.int64)
+    n = 0
+    for b in range(first, t):
         if live[b]:
-            if k != b:
-                for i in range(rows):
-                    buf[i, k] = buf[i, b]
-                ids[k] = ids[b]
-                weights[k] = weights[b]
-            k += 1
-    return k
+            ids[first + n] = ids[b]
+            weights[first + n] = weights[b]
+            kept[n] = b
+            n += 1
+    for i in range(rows):  # (kept[j] >= first + j: a write never reaches a column still to be read)
+        for j in range(n):
+            buf[i, first + j] = buf[i, kept[j]]
+    return first + n
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
