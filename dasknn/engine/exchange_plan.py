@@ -13,6 +13,7 @@ from ..runtime.graph import PinnedGraph
 from ..runtime.recovery import gather_watched, watch
 from ..runtime.scatter import scatter_to_all
 from ..store import open_store
+from .places import Slot
 from .worker_run import inference_run
 
 
@@ -49,23 +50,29 @@ def take_blocks(run: str, group: int, part: int) -> list[tuple[np.ndarray, np.nd
     return inference_run(run).blocks.pop((group, part), None)
 
 
-def plan_on_workers(client, path: str, owners: np.ndarray, groups: list[list[str]], run: str
-                    ) -> tuple[dict[str, tuple[str, int, int]], Outline]:
-    """Every group's parts' plans, each made and kept by the worker that runs the part.
+def plan_on_workers(client, path: str, owners: np.ndarray, places: dict[Slot, str], parts: int, run: str
+                    ) -> tuple[dict[Slot, tuple[str, int, int]], Outline | None]:
+    """The plans of the parts ``places`` names (by (group, part): its worker), each made and kept by its worker (a
+    worker may hold several parts).
 
-    Returns where each worker keeps its part's plan (for :func:`held_plan`) and the plan's outline, whose counts
-    the first group's workers send back (every group's plan is the same).
+    Returns where each part's plan is kept (for :func:`held_plan`), and the plan's outline, whose counts the first
+    group's parts send back (every group's plan is the same); None where not every part of the first group was
+    planned here (after a lost worker, only its parts are: the outline is the one made before).
     """
-    workers = [w for members in groups for w in members]
+    workers = sorted(set(places.values()))
     # keyed so that the dashboard's prefix is the plan's, like its tasks'
     sent = scatter_to_all(client, owners, workers, key=f"plan-{run}")
     graph = PinnedGraph(run)
-    held = {w: (run, gi, q) for gi, members in enumerate(groups) for q, w in enumerate(members)}
-    keys = [graph.add(w, f"plan-g{gi}-p{q}", (plan_part, path, sent, len(groups[0]), held[w]))
-            for w, (_, gi, q) in held.items()]
-    futures = graph.submit(client, keys)
-    watch(client, futures, workers)
-    counts = np.stack(gather_watched(client, futures[:len(groups[0])], workers), axis=1)  # (layers, sender, receiver)
-    for f in [sent, *futures]:
+    held = {(gi, q): (run, gi, q) for gi, q in places}
+    keys = {slot: graph.add(places[slot], f"plan-g{slot[0]}-p{slot[1]}", (plan_part, path, sent, parts, held[slot]))
+            for slot in places}
+    futures = dict(zip(keys, graph.submit(client, list(keys.values()))))
+    watch(client, list(futures.values()), workers)
+    first = [(0, q) for q in range(parts)]
+    outline = None
+    if all(slot in futures for slot in first):
+        counts = gather_watched(client, [futures[slot] for slot in first], workers)
+        outline = Outline.from_owners(owners, np.stack(counts, axis=1))  # (layers, sender, receiver)
+    for f in [sent, *futures.values()]:
         f.release()
-    return held, Outline.from_owners(owners, counts)
+    return held, outline

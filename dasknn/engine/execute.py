@@ -28,6 +28,7 @@ from .inputs import InputSource, load_images
 from .model_mode import model_chunk
 from .pipeline_mode import Stage, keep_stage_places, pipeline_chunk, stage_weights
 from .owners import partition_owners
+from .places import HeldParts, Slot
 from .sizing import compaction_layer, sync_layers
 from .warm import add_warm_tasks, longest
 from .tasks import (
@@ -86,12 +87,32 @@ class Job:
     #: pipeline mode: the entries a stage may hold per byte of its worker's memory limit
     #: (:func:`~dasknn.stages.stage_capacity` of one byte)
     stage_entries_per_byte: float | None = None
-    #: streamed, a worker running several chunks: the bytes its stream keeps of what it fetched
-    #: (:func:`~.sizing.stream_hold_bytes`), so that it fetches each layer (its stage's, its part's) once
+    #: pipeline mode, streamed: the bytes a stage keeps of what it fetched (:func:`~.sizing.stage_hold_bytes`)
     hold_bytes: int = 0
     #: pipeline mode, resident: each worker's stage and the future of its layers, kept from one pass to the next,
     #: so that a pass after a lost worker loads only the stages whose workers are new
     held_stages: dict[str, tuple[Stage, object]] = field(default_factory=dict)
+    #: model and hybrid modes: each part's worker and (resident) the future of its layers, kept from one pass to the
+    #: next, so that a pass after a lost worker plans and loads only the parts whose workers are new
+    held_parts: HeldParts = field(default_factory=HeldParts)
+    #: data mode, resident: each worker's future of the whole network, kept from one pass to the next, so that a
+    #: pass after a lost worker loads it only on the workers that are new
+    held_networks: dict[str, object] = field(default_factory=dict)
+
+    def held_keys(self) -> set[str]:
+        """The keys of the layers kept for the next pass (stages, parts, networks)."""
+        held = [f for _, f in self.held_stages.values()] + list(self.held_parts.layers.values())
+        return {f.key for f in held + list(self.held_networks.values())}
+
+    def release_held(self) -> None:
+        """Let go of the layers kept for the next pass: they leave the workers with the run."""
+        for f in [f for _, f in self.held_stages.values()] + list(self.held_parts.layers.values()):
+            f.release()
+        for f in self.held_networks.values():
+            f.release()
+        self.held_stages.clear()
+        self.held_parts = HeldParts()
+        self.held_networks.clear()
 
 
 @dataclass
@@ -137,6 +158,13 @@ class Pass:
     #: pipeline mode, resident: the stages this pass loaded, and those it found still held from the pass before
     stages_loaded: int = 0
     stages_kept: int = 0
+    #: model and hybrid modes, resident: the parts this pass planned and loaded, and those it found still held by
+    #: their workers from the pass before
+    parts_loaded: int = 0
+    parts_kept: int = 0
+    #: data mode, resident: the workers that loaded the network in this pass, and those that still held it
+    networks_loaded: int = 0
+    networks_kept: int = 0
 
 
 @dataclass
@@ -145,18 +173,30 @@ class _Layout:
 
     run: str
     groups: list[list[str]]
-    #: model mode, resident: where each worker keeps its part's plan (made by that worker)
-    plans: dict[str, tuple[str, int, int]] = field(default_factory=dict)
+    #: model mode, resident: where each part's worker keeps the part's plan (made by that worker), by (group, part)
+    plans: dict[Slot, tuple[str, int, int]] = field(default_factory=dict)
     outline: Outline | None = None  # model mode: the exchange lists' sizes (from the plan or the part plan)
     exchange: str = "tasks"  # model mode: the transport of the boundary messages, chosen once the outline is known
-    #: worker -> its part's layers: a future of them in memory, or the spec of a stream
+    #: data and pipeline modes: worker -> its layers, a future of them in memory (or the spec of a stream)
     part_of: dict[str, object] = field(default_factory=dict)
+    #: model mode: (group, part) -> the part's layers, a future of them in memory or the spec of a stream (after a
+    #: lost worker, a worker may hold two parts)
+    parts: dict[Slot, object] = field(default_factory=dict)
     #: pipeline mode: the stages, the ``s``-th held by the ``s``-th worker of each group
     stages: list[Stage] = field(default_factory=list)
 
     def members(self, i: int) -> list[str]:
         """The workers of the ``i``-th chunk to run: chunks go round the groups."""
         return self.groups[i % len(self.groups)]
+
+    def places(self) -> dict[Slot, str]:
+        """Model mode: each part's worker, by (group, part)."""
+        return {(gi, q): w for gi, members in enumerate(self.groups) for q, w in enumerate(members)}
+
+    def weights_of(self, i: int) -> list:
+        """Model mode: the layers of each part of the ``i``-th chunk's group."""
+        gi = i % len(self.groups)
+        return [self.parts[(gi, q)] for q in range(len(self.groups[gi]))]
 
     def warm_spec(self, job: Job) -> WarmSpec:
         """The kernels this pass calls and on what: data mode's loop, or model mode's steps."""
@@ -180,8 +220,11 @@ class _Layout:
 
 
 def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: Pass,
-            recovery: Recovery | None = None) -> None:
+            recovery: Recovery | None = None, places: dict[Slot, str] | None = None) -> None:
     """Partition, plan, load and run chunks ``todo`` on ``workers`` in groups of ``g``, filling ``out`` as it goes.
+
+    ``places`` (model and hybrid modes, after a lost worker: :func:`~dasknn.engine.places.keep_places`) puts each
+    part of each group on its worker instead, the parts the workers still hold kept (not planned or loaded again).
 
     A lost worker ends the pass with its error as it comes (:class:`WorkersLost` while waiting for tasks, or what
     a scatter or a gather raised); the chunks that finished are in ``out`` by then. ``recovery`` (the workflow's
@@ -189,6 +232,8 @@ def execute(client, job: Job, workers: list[str], g: int, todo: list[int], out: 
     enter = recovery.enter if recovery is not None else _unnamed
     layout = _Layout(run=uuid.uuid4().hex[:8], groups=[workers[i:i + g] for i in range(0, len(workers), g)])
     out.group_size, out.layer_bytes = g, LayerBytes.zeros(job.store.depth)
+    if places is not None:
+        layout.groups = [[places[(gi, q)] for q in range(g)] for gi in range(len(places) // g)]
     if job.stage_work is not None and not job.resident:
         # pipeline mode, streamed: a stage holds a few layers however long it is, so the cut is by work alone
         layout.stages = out.stages = stage_cuts(job.stage_work, g)
@@ -237,18 +282,21 @@ def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass,
     owners = job.owners[parts]
     enter("plan")
     if job.resident:
-        # each part's worker makes its part's plan from the layers it reads: the client reads none of them
+        # each part's worker makes its part's plan from the layers it reads: the client reads none of them; a part
+        # whose worker still holds its layers from the pass before (a lost worker's pass) is not planned again
         t0 = time.perf_counter()
-        layout.plans, layout.outline = plan_on_workers(client, job.path, owners, layout.groups, layout.run)
+        held = job.held_parts
+        todo = {slot: w for slot, w in layout.places().items() if held.layers_on(slot, w, parts) is None}
+        layout.plans, made = plan_on_workers(client, job.path, owners, todo, parts, layout.run) if todo else ({}, None)
+        layout.outline = made if made is not None else held.outline
         out.plan_seconds = time.perf_counter() - t0
     else:
         # out of core: each part streams its own columns from a part plan, made once per partition
         t0 = time.perf_counter()
         plan_path, layout.outline = _part_plan(client, job, owners, workers, layout.run)
         out.plan_seconds = time.perf_counter() - t0
-        for members in layout.groups:
-            layout.part_of.update({w: PartStreamSpec(plan_path, q, job.dtype, job.keep_layers, job.hold_bytes)
-                                   for q, w in enumerate(members)})
+        layout.parts = {(gi, q): PartStreamSpec(plan_path, q, job.dtype, job.keep_layers)
+                        for gi, q in layout.places()}
     layout.exchange = out.exchange = _transport(job, layout, len(workers))
     exchange_for(layout.exchange, layout.groups[0]).prepare(client)  # (what the transport needs on the workers)
     out.plan = layout.outline
@@ -270,24 +318,10 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
     path, dtype, backend, outline = job.path, job.dtype, job.backend, layout.outline
     load = PinnedGraph(layout.run)
     warm_keys = add_warm_tasks(load, workers, (layout.warm_spec(job),))
-    weight_keys: dict[str, str] = {}
-    kept: dict[str, object] = {}  # pipeline mode: the stages' layers a worker still holds from the pass before
+    # by worker (data and pipeline modes) or by (group, part) (model mode): the layers loaded now, and those still
+    # held from the pass before
+    weight_keys, kept = _weight_tasks(load, job, workers, layout)
     image_keys: dict[tuple[int, int], str] = {}
-    for gi, members in enumerate(layout.groups):
-        for q, w in enumerate(members):
-            if layout.stages and job.resident:
-                # pipeline mode: only the worker's stage's layers, loaded unless it holds them already
-                stage, held = job.held_stages.get(w, (None, None))
-                if stage == layout.stages[q]:
-                    kept[w] = held
-                else:
-                    weight_keys[w] = load.add(w, f"stage-weights-w{workers.index(w)}", (
-                        stage_weights, path, layout.stages[q], dtype, backend))
-            elif outline is None and job.resident:
-                weight_keys[w] = load.add(w, f"weights-w{workers.index(w)}", (load_all_layers, path, dtype, backend))
-            elif layout.plans:
-                weight_keys[w] = load.add(w, f"weights-g{gi}-p{q}", (load_part_layers, path, layout.plans[w],
-                                                                     outline.inputs_owned[q].size, dtype, backend))
     spec = job.source.spec
     for i, c in enumerate(todo):
         a, b = job.bounds[c]
@@ -309,13 +343,67 @@ def _load(client, job: Job, workers: list[str], layout: _Layout, todo: list[int]
     timings.move("load", "compile", out.compile_seconds)
     for f in warmed:
         f.release()
-    layout.part_of.update({w: loaded[key] for w, key in weight_keys.items()})
-    layout.part_of.update(kept)
-    if layout.stages and job.resident:
-        out.stages_loaded, out.stages_kept = len(weight_keys), len(kept)
-        # (the layers of a lost worker, or of a stage cut differently now, are let go)
-        job.held_stages = {w: (layout.stage_of(w), layout.part_of[w]) for w in workers}
+    held = {holder: loaded[key] for holder, key in weight_keys.items()} | kept
+    (layout.parts if outline is not None else layout.part_of).update(held)
+    _keep_for_next_pass(job, workers, layout, held, out, len(weight_keys))
     return loaded, image_keys
+
+
+def _weight_tasks(load: PinnedGraph, job: Job, workers: list[str], layout: _Layout) -> tuple[dict, dict]:
+    # the tasks loading each worker's layers (data mode: the network; pipeline mode: its stage's) or each part's
+    # (model mode, resident), and the layers still held from the pass before where they are the same, each by its
+    # holder: the worker, or the (group, part)
+    path, dtype, backend, outline = job.path, job.dtype, job.backend, layout.outline
+    keys: dict = {}
+    kept: dict = {}
+    for gi, members in enumerate(layout.groups):
+        for q, w in enumerate(members):
+            if layout.stages and job.resident:
+                # pipeline mode: only the worker's stage's layers, loaded unless it holds them already
+                stage, held = job.held_stages.get(w, (None, None))
+                if stage == layout.stages[q]:
+                    kept[w] = held
+                else:
+                    keys[w] = load.add(w, f"stage-weights-w{workers.index(w)}", (
+                        stage_weights, path, layout.stages[q], dtype, backend))
+            elif outline is None and job.resident:
+                if w in job.held_networks:
+                    kept[w] = job.held_networks[w]
+                else:
+                    keys[w] = load.add(w, f"weights-w{workers.index(w)}", (load_all_layers, path, dtype, backend))
+            elif outline is not None and job.resident:
+                held = job.held_parts.layers_on((gi, q), w, len(members))
+                if held is not None:
+                    kept[(gi, q)] = held
+                else:
+                    keys[(gi, q)] = load.add(w, f"weights-g{gi}-p{q}", (
+                        load_part_layers, path, layout.plans[(gi, q)], outline.inputs_owned[q].size, dtype, backend))
+    return keys, kept
+
+
+def _keep_for_next_pass(job: Job, workers: list[str], layout: _Layout, held: dict, out: Pass, loaded: int) -> None:
+    # what the workers hold now (``held``: by holder, ``loaded`` of them loaded in this pass), kept for the pass
+    # after a lost worker; the layers of a lost worker, of a stage cut differently or of another partition let go
+    if layout.stages and job.resident:
+        out.stages_loaded, out.stages_kept = loaded, len(held) - loaded
+        job.held_stages = {w: (layout.stage_of(w), layout.part_of[w]) for w in workers}
+    elif layout.outline is None and job.resident:
+        out.networks_loaded, out.networks_kept = loaded, len(held) - loaded
+        _let_go(job.held_networks.values(), held.values())
+        job.held_networks = held
+    elif layout.outline is not None:
+        if job.resident:
+            out.parts_loaded, out.parts_kept = loaded, len(held) - loaded
+        _let_go(job.held_parts.layers.values(), held.values())
+        job.held_parts = HeldParts(len(layout.groups[0]), layout.outline, layout.places(), held)
+
+
+def _let_go(before, now) -> None:
+    # the futures of ``before`` not among ``now``, released
+    keep = {f.key for f in now}
+    for f in before:
+        if f.key not in keep:
+            f.release()
 
 
 def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object],
@@ -341,8 +429,7 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
                                  job.compress)
         elif outline is None:
             w = layout.solo(i)
-            weights = (layout.part_of[w] if job.resident else
-                       LayerStreamSpec(job.path, job.dtype, job.keep_layers, hold_bytes=job.hold_bytes))
+            weights = layout.part_of[w] if job.resident else LayerStreamSpec(job.path, job.dtype, job.keep_layers)
             key = data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]], store.depth,
                              job.segment or store.depth, store.bias, store.ymax, res,
                              (a, b - a) if job.activations_name else None, job.compress)
@@ -351,7 +438,7 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
             exchange = exchange_for(layout.exchange, layout.members(i))
             # a transport that delivers messages itself lets a task run many layers (all by default)
             segment = 1 if exchange.carries_messages else (job.segment or store.depth)
-            key = model_chunk(graph, c, a, b - a, layout.members(i), outline, layout.part_of,
+            key = model_chunk(graph, c, a, b - a, layout.members(i), outline, layout.weights_of(i),
                               [loaded[image_keys[(c, q)]] for q in range(len(layout.members(i)))], store.depth,
                               job.sync_every, store.bias, store.ymax, res, job.compact, bool(job.activations_name),
                               job.overlap, exchange, segment, job.compress)
@@ -391,7 +478,7 @@ def _run(client, job: Job, workers: list[str], layout: _Layout, todo: list[int],
         out.seconds = time.perf_counter() - t0
         raise
     finally:
-        held = {f.key for _, f in job.held_stages.values()}  # (pipeline mode: kept for a pass after a loss)
+        held = job.held_keys()  # (kept for a pass after a loss)
         for f in list(loaded.values()) + futures:
             if f.key not in held:
                 f.release()  # the blocks leave the workers' memory (the streamed layers as the pass ends)

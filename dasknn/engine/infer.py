@@ -23,9 +23,10 @@ from .execute import Job, LayerBytes, Pass, execute
 from .groups import check_mode
 from .inputs import InputSource, StoredRows, stored_source
 from .options import InferenceOptions, options_with
+from .places import Slot, keep_places, most_parts
 from .sizing import (WEIGHTS_SHARE, ProbeUnfit, check_memory, chunk_bounds, default_chunks, fits,
                      part_stream_keep, partition_fits_worker, pipeline_chunks, pipeline_prediction, predict_modes,
-                     stream_hold_bytes)
+                     stage_hold_bytes)
 
 
 @dataclass
@@ -209,7 +210,13 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
         for holds, limit in shares(g, ws):
             check_memory(store, o.dtype, resident, job.keep_layers, holds, limit, width)
 
-    runs = _run_recovering(client, job, recovery, mode, group_size, todo, check_fits)
+    def fits_holding(g: int, ws: list[str], most: int) -> bool:
+        # after a loss, model and hybrid modes: whether the workers can hold the parts kept where a worker holds
+        # ``most`` of them (a survivor holding the lost worker's part beside its own)
+        return all(fits(store, o.dtype, resident, job.keep_layers, holds / most, limit, width)
+                   for holds, limit in shares(g, ws))
+
+    runs = _run_recovering(client, job, recovery, mode, group_size, todo, check_fits, fits_holding)
     timings.enter("results")  # the categories gathered, the activations kept, the traffic published
     if job.activations_name:
         runs.kept = _detached_activations(client, job, runs)
@@ -280,10 +287,9 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
         keep_layers = wider if fit(wider, width) else keep_layers
     for holds, limit in shares:
         check_memory(store, o.dtype, resident, keep_layers, holds, limit, width)
-    # a streamed worker that runs several chunks (data mode's, a pipeline stage's, a part's) keeps what it fetched
-    # where it has room: it fetches each of its layers once
-    repeats = -(-len(bounds) // max(1, len(workers) // g))
-    hold = stream_hold_bytes(store, o.dtype, keep_layers, memory, width) if not resident and repeats > 1 else 0
+    # a streamed pipeline stage keeps what it fetched where the worker has room: it fetches its layers once
+    streamed_stages = stage_work is not None and not resident
+    hold = stage_hold_bytes(store, o.dtype, keep_layers, memory, width) if streamed_stages else 0
     return Job(path=path, source=source, store=store, dtype=o.dtype, backend=o.backend, resident=resident,
                keep_layers=keep_layers, segment=o.segment, sync_every=o.sync_every, compact=o.messages == "compact",
                results=results, activations=o.activations, bounds=bounds, partition=o.partition,
@@ -366,29 +372,35 @@ class _Runs:
 
 
 def _run_recovering(client, job: Job, recovery: Recovery, mode: str, group_size: int | None, todo: list[int],
-                    check_fits: Callable[[int, list[str]], None]) -> _Runs:
+                    check_fits: Callable[[int, list[str]], None],
+                    fits_holding: Callable[[int, list[str], int], bool]) -> _Runs:
     # inference's part of the recovery policy: a lost worker loses its blocks and the activations it held, so the
-    # chunks not finished are run again on the workers there are then (the finished ones are kept), with the
-    # partition redone if their number changed (and the memory checked again for it)
+    # chunks not finished are run again on the workers there are then (the finished ones are kept). Model and
+    # hybrid modes keep their partition and the parts the workers left hold, the lost worker's parts placed on a
+    # new worker or beside a survivor's own (``fits_holding``: where the memory allows); else the partition is
+    # redone for the workers there are (and the memory checked again for it)
     runs = _Runs()
 
     def attempt(workers: list[str]) -> None:
         remaining = [c for c in todo if c not in runs.finished]
-        # after a loss the groups are redone: a hybrid group size the workers left no longer divide is dropped
-        fitting = group_size if group_size and len(workers) % group_size == 0 else None
-        g = check_mode(mode, len(workers), fitting if recovery.losses else group_size)
-        if recovery.losses:
-            check_fits(g, workers)
+        places = _kept_places(job, workers, fits_holding) if recovery.losses else None
+        if places is not None:
+            g = job.held_parts.parts
+        else:
+            # after a loss the groups are redone: a hybrid group size the workers left no longer divide is dropped
+            fitting = group_size if group_size and len(workers) % group_size == 0 else None
+            g = check_mode(mode, len(workers), fitting if recovery.losses else group_size)
+            if recovery.losses:
+                check_fits(g, workers)
         runs.passes.append(Pass())
         after = recovery.losses[-1] if recovery.losses else None  # the loss this pass redoes the work of, if any
         try:
-            execute(client, job, workers, g, remaining, runs.passes[-1], recovery)
+            execute(client, job, workers, g, remaining, runs.passes[-1], recovery, places)
         finally:
             done = runs.passes[-1]
             runs.finished.update(done.chunks)
-            if after is not None and done.stages_loaded + done.stages_kept:
-                # pipeline mode: the survivors kept their stages' layers, the new workers loaded theirs
-                after.details.update(stages_kept=done.stages_kept, stages_reloaded=done.stages_loaded)
+            if after is not None:
+                _say_reloaded(after.details, done)
 
     def on_loss(lost) -> dict:
         remaining = [c for c in todo if c not in runs.finished]
@@ -397,12 +409,35 @@ def _run_recovering(client, job: Job, recovery: Recovery, mode: str, group_size:
     try:
         recovery.run(attempt, on_loss)
     finally:
-        for _, layers in job.held_stages.values():
-            layers.release()  # the stages' layers leave the workers with the run
-        job.held_stages.clear()
+        job.release_held()  # the layers kept between passes leave the workers with the run
     runs.workers = recovery.workers
     runs.recoveries = [loss.as_dict() for loss in recovery.losses]
     return runs
+
+
+def _kept_places(job: Job, workers: list[str], fits_holding: Callable[[int, list[str], int], bool]
+                 ) -> dict[Slot, str] | None:
+    # model and hybrid modes after a loss: each part's worker, the parts the workers left hold kept, or None where
+    # the partition is to be redone (no part kept, more workers than parts, or too little memory for a worker to
+    # hold the parts it would)
+    held = job.held_parts
+    places = keep_places(held.places, workers)
+    if places is None or not fits_holding(held.parts, workers, most_parts(places)):
+        return None
+    return places
+
+
+def _say_reloaded(details: dict, done: Pass) -> None:
+    # in a loss's record, what the pass after it kept of the layers the workers held, and what it loaded again
+    if done.stages_loaded + done.stages_kept:
+        # pipeline mode: the survivors kept their stages' layers, the new workers loaded theirs
+        details.update(stages_kept=done.stages_kept, stages_reloaded=done.stages_loaded)
+    if done.parts_loaded + done.parts_kept:
+        # model and hybrid modes: the survivors kept their parts, the lost worker's were planned and loaded again
+        details.update(parts_kept=done.parts_kept, parts_reloaded=done.parts_loaded)
+    if done.networks_loaded + done.networks_kept:
+        # data mode: the survivors kept the network, the new workers loaded it
+        details.update(networks_kept=done.networks_kept, networks_reloaded=done.networks_loaded)
 
 
 def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int, todo: list[int], done: set[int],

@@ -10,7 +10,7 @@ from .tasks import ResultSpec, StepSpec, categories, first_messages, step, step_
 
 
 def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: list[str], plan: Outline,
-                part_of: dict[str, object], images: list, depth: int, sync_every: int, bias: float, ymax: float,
+                weights: list, images: list, depth: int, sync_every: int, bias: float, ymax: float,
                 results: ResultSpec | None, compact: bool, keep_activations: bool = False, overlap: bool = False,
                 exchange: Exchange | None = None, segment: int = 1, compress: bool = False) -> str:
     """Chunk ``c``'s tasks (images ``start`` to ``start + count``) on the parts ``members``; the key of its
@@ -25,7 +25,8 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
     another's whole layer. Their alive masks then reach the others two layers on (``sync_layers``). With
     ``compress`` the masks carry each part's classes of equal columns, and the images equal on every part fold at
     the compactions (:class:`~dasknn.kernels.marks.SyncMarks`): the messages after carry one column of each."""
-    # part_of: each worker's layers (a future of them, or a stream spec); images: each part's input rows (futures).
+    # weights: each part's layers (a future of them, or a stream spec; two parts may share a worker after a lost
+    # one); images: each part's input rows (futures)
     parts = len(members)
     exchange = exchange or exchange_for("tasks", members)
     if segment > 1 and exchange.carries_messages:
@@ -41,7 +42,7 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
         recipients = plan.receivers(1, p)
         if recipients:
             name = f"send-l1-p{p}-to{recipients[0]}-c{c}" if len(recipients) == 1 else f"send-l1-p{p}-c{c}"
-            key = graph.add(members[p], name, (first_messages, part_of[members[p]], images[p], recipients,
+            key = graph.add(members[p], name, (first_messages, weights[p], images[p], recipients,
                                                graph.run, compact, exchange, p, c))
             previous[p] = key  # (before the part's first step: a transport whose messages no task takes still sends)
             _deliver(inbox, p, recipients,
@@ -66,17 +67,17 @@ def model_chunk(graph: PinnedGraph, c: int, start: int, count: int, members: lis
             after = None if previous[p] is None else ref(previous[p])
             if segment == 1:
                 key = previous[p] = graph.add(members[p], f"spmm-l{k}-p{p}-c{c}", (
-                    step, part_of[members[p]], spec, images[p] if k == 1 else None, after, _args(inbox[p]),
+                    step, weights[p], spec, images[p] if k == 1 else None, after, _args(inbox[p]),
                     _args(masked)))
                 if split:
                     previous[p] = graph.add(members[p], f"spmm-rest-l{k}-p{p}-c{c}",
-                                            (step_rest, part_of[members[p]], spec, ref(key)))
+                                            (step_rest, weights[p], spec, ref(key)))
             else:
                 pending[p].append(spec)
                 if final or k % segment == 0:  # the segment's last layer: its task
                     first = pending[p][0].k
                     key = previous[p] = graph.add(members[p], f"spmm-l{first}-{k}-p{p}-c{c}", (
-                        step_segment, part_of[members[p]], tuple(pending[p]), images[p] if first == 1 else None,
+                        step_segment, weights[p], tuple(pending[p]), images[p] if first == 1 else None,
                         after))
                     pending[p] = []
                 else:

@@ -106,6 +106,12 @@ def test_inference_survives_a_worker_killed_in_any_phase(network, cluster, tmp_p
         if mode == "pipeline" and r["phase"] == "inference" and "--stream" not in options:
             # the worker left holds its stage's layers still; only the lost stage is loaded again
             assert (r["stages_kept"], r["stages_reloaded"]) == (1, 1), r
+        if mode == "model" and r["phase"] == "inference" and "--stream" not in options:
+            # the worker left holds its part still (the partition and its plan kept): only the lost part is planned
+            # and loaded again, on the worker that replaced it
+            assert (r["parts_kept"], r["parts_reloaded"]) == (1, 1), r
+        if mode == "data" and r["phase"] == "inference":
+            assert (r["networks_kept"], r["networks_reloaded"]) == (1, 1), r
     if "--results" in options:
         ids = store.read_results(options[options.index("--results") + 1], range(report["chunks"]))
         np.testing.assert_array_equal(np.sort(np.concatenate(list(ids.values()))),
