@@ -167,6 +167,23 @@ def test_a_checkpoint_write_cut_short_leaves_the_last_one_to_resume_from(s3, mon
     assert len(locations.child_names(url, "step-")) == 1
 
 
+def test_a_checkpoint_of_the_layout_before_generations_is_read_and_replaced(s3):
+    # written before issue 45: the checkpoint's arrays and attributes at the URL's root
+    from examples import C, random_layers
+
+    from dasknn.train import checkpoint, init_model, load_checkpoint, save_checkpoint
+
+    url = f"s3://{BUCKET}/before-generations.zarr"
+    model = init_model(random_layers(), C, seed=3)
+    checkpoint._write_checkpoint(store.common.open_group(url, mode="w"), model, {"seed": 3})
+    assert checkpoint.has_checkpoint(url) and load_checkpoint(url)[0].step == 0
+    model.step = 7
+    save_checkpoint(url, model)
+    assert load_checkpoint(url)[0].step == 7
+    names = locations.child_names(url)
+    assert names == ["step-000000007-" + names[0].rsplit("-", 1)[-1], "zarr.json"]  # the old arrays swept
+
+
 def one_line_error(capsys, *argv: str, within: float) -> str:
     """Run a command that must fail: its one line of stderr, after checking it came within ``within`` seconds."""
     t0 = time.monotonic()
