@@ -85,6 +85,9 @@ class Calibration:
     #: per layer: fraction of the batch's images computed when the layer runs where equal images fold (the distinct
     #: vectors among the alive, :mod:`dasknn.kernels.folds`); empty: every alive image (``compress=False``)
     distinct: list[float] = field(default_factory=list)
+    #: workers whose reads of the store add up: behind a URL, the hosts the workers run on (each host's workers
+    #: share its link to the store); 0: every worker (a local store, read and decoded by each worker alike)
+    readers: int = 0
 
     def as_dict(self, per_layer: bool = True) -> dict:
         """The calibration as plain values; without ``per_layer``, its rates alone (the lists with an entry a
@@ -122,6 +125,15 @@ class Prediction:
     volumes_from: str = ""
     #: model and hybrid modes: the transport the prediction assumes for the boundary messages ("tasks" or "p2p")
     transport: str = ""
+    #: resident weights: the seconds of reading each worker's share from the store before the run (the load
+    #: phase), included in ``seconds``; every worker reads at once, sharing what :func:`read_seconds` shares
+    load_seconds: float = 0.0
+
+    @property
+    def inference_seconds(self) -> float:
+        """The predicted seconds of the inference alone, as the run measures it (its ``seconds``): without the
+        one-time setup and the load, which the engine times as phases of their own."""
+        return self.seconds - self.setup_seconds - self.load_seconds
 
     def as_dict(self) -> dict:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -373,6 +385,15 @@ def _loop_macs(yt: np.ndarray, layers: list[tuple], store) -> float:
     return macs
 
 
+def read_seconds(cal: Calibration, total_bytes: float, workers: int) -> float:
+    """Seconds ``workers`` reading at once take to read ``total_bytes`` (decoded) from the store, all of them
+    together: the probe's rate (one worker reading alone) times the readers whose reads add up
+    (:attr:`Calibration.readers`; behind a rate-limited link to an object store, all the workers of a host share its
+    link: one host's workers read no faster together than one of them alone)."""
+    readers = min(workers, cal.readers) if cal.readers else workers
+    return float(total_bytes) / (cal.read_rate * max(1, readers))
+
+
 def tiles_in_use(alive: np.ndarray, chunk_images: float, tile: int) -> np.ndarray:
     """Per layer, the share of a chunk's tiles (of ``tile`` images) still holding a live image when the layer runs,
     where ``alive`` is the share of its images alive then (the survivors are gathered into as few tiles as hold
@@ -448,14 +469,18 @@ def predict(
     used = tiles_in_use(alive, images / max(1, chunks), tile) if g == 1 and tile else alive
     macs = images * float(np.dot(used, layer_nnz))
     compute = macs / (cal.kernel_rates.get(g, cal.kernel_rate) * busy_threads)
-    exchange = read = 0.0
+    exchange = read = load = 0.0
     if not resident:
-        # each chunk reads the whole network once (data mode), or each part its share of it (model mode): per
-        # worker, the network's bytes x chunks / workers either way. Reading is mostly decoding: the read-ahead
+        # each chunk reads the whole network once (data mode), or each part its share of it (model mode): the
+        # network's bytes x chunks, all workers together. Reading a local store is mostly decoding: the read-ahead
         # thread hides it behind compute only on a core the kernels leave idle, else it adds to the time
-        read_total = weight_bytes * chunks / (cal.read_rate * workers)
+        read_total = read_seconds(cal, weight_bytes * chunks, workers)
         hidden = 1.0 if not cal.cores else min(1.0, max(0, cal.cores - threads) / workers)
         read = (1.0 - hidden) * read_total + hidden * max(0.0, read_total - compute)
+    else:
+        # each group reads the network once before the run: every worker all of it in data mode, its part of it
+        # in model mode
+        load = read_seconds(cal, weight_bytes * workers / g, workers)
     if g == 1:
         tasks = chunks * 1.0  # one segment task per chunk
     else:
@@ -476,11 +501,11 @@ def predict(
             picks = 0.0 if g <= 2 else pairs + g * (g - 1) / sync_every
             tasks = chunks * depth * (g + picks)
     task_time = tasks * cal.task_seconds / max(1, threads)
-    seconds = compute + exchange + task_time + read + setup
+    seconds = compute + exchange + task_time + read + setup + load
     return Prediction(mode=mode_of(g, workers), group_size=g, fits=bool(fits or not resident), resident=bool(resident),
                       seconds=seconds, compute=compute, exchange=exchange, tasks=task_time, read=read,
                       setup_seconds=float(setup), volumes_from=volumes_from if g > 1 else "",
-                      transport=transport if g > 1 else "")
+                      transport=transport if g > 1 else "", load_seconds=float(load))
 
 
 def alive_per_layer(cal: Calibration, depth: int) -> np.ndarray:
@@ -537,16 +562,19 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     crossing = sum(float(alive[s.last]) for s in cuts[:-1])
     sent = images * neurons * itemsize * crossing
     exchange = sent / (cal.transfer_rate * workers) if sent else 0.0
-    read = 0.0
+    read = load = 0.0
     if not resident:
-        # each stage worker reads its stage's layers once per chunk it runs, behind compute where a core is spare
-        read_total = largest * per_pipeline / cal.read_rate
+        # each stage worker reads its stage's layers once per chunk it runs, behind compute where a core is spare:
+        # its largest stage's share of the network per chunk, each worker at once
+        read_total = read_seconds(cal, largest * per_pipeline * workers, workers)
         hidden = 1.0 if not cal.cores else min(1.0, max(0, cal.cores - threads) / workers)
         read = (1.0 - hidden) * read_total + hidden * max(0.0, read_total - compute)
+    else:
+        load = read_seconds(cal, weight_bytes * pipelines, workers)  # each pipeline reads the network once
     task_time = chunks * stages * cal.task_seconds / max(1, threads)
     return Prediction(mode="pipeline", group_size=stages, fits=bool(fits or not resident), resident=bool(resident),
-                      seconds=compute + exchange + task_time + read, compute=compute, exchange=exchange,
-                      tasks=task_time, read=read)
+                      seconds=compute + exchange + task_time + read + load, compute=compute, exchange=exchange,
+                      tasks=task_time, read=read, load_seconds=float(load))
 
 
 def cheapest(predictions: list[Prediction]) -> Prediction:

@@ -30,7 +30,10 @@ def test_data_mode_is_the_multiply_adds_over_the_threads():
     # layers see 1000, 500, then (as the probe's last layer) 500 images
     assert p.compute == pytest.approx(1000 * (1000 + 500 + 500) / (1e9 * 2))
     assert p.exchange == 0 and p.read == 0 and p.fits and p.mode == "data"
-    assert p.seconds == pytest.approx(p.compute + p.tasks)
+    assert p.inference_seconds == pytest.approx(p.compute + p.tasks)
+    # resident: each of the 2 workers reads the whole network first, the two reading at once
+    assert p.load_seconds == pytest.approx(24_000 * 2 / (1e8 * 2))
+    assert p.seconds == pytest.approx(p.compute + p.tasks + p.load_seconds)
 
 
 def test_model_mode_adds_its_exchange_and_tasks():
@@ -147,6 +150,48 @@ def test_kernel_rate_runs_the_blocks_a_mode_runs(slice_store, monkeypatch, parts
         assert shape[0] == (owners[0] == parts - 1).sum() and extra[0] > 0  # own rows, received rows beside
 
 
+def test_resident_weights_are_read_once_a_group_before_the_run():
+    data, model = _predict(_cal(), 1), _predict(_cal(), 2)
+    assert model.load_seconds == pytest.approx(data.load_seconds / 2)  # one group of 2 reads the network once
+    streamed = _predict(_cal(cores=2), 1, resident=False)  # (no core spare: the reads add to the time)
+    assert streamed.load_seconds == 0 and streamed.read == pytest.approx(24_000 * 4 / (1e8 * 2))
+    pipeline = cost.predict_pipeline(_cal(), images=1000, layer_nnz=np.array([1000, 1000, 1000]),
+                                     weight_bytes=24_000, memory=1e6, workers=2, threads=2, chunks=4, stages=2,
+                                     neurons=100, itemsize=4, weights_share=0.25)
+    assert pipeline.load_seconds == pytest.approx(model.load_seconds)  # one pipeline: the network read once
+
+
+def test_a_shared_link_to_the_store_makes_the_modes_that_read_less_win():
+    # 4 workers: a local store in the page cache (fast, each worker reading alike) or behind one slow link that
+    # all of them share (readers=1)
+    def modes(read_rate: float, readers: int) -> dict:
+        cal = _cal(read_rate=read_rate, readers=readers)
+        return {g: _predict(cal, g, workers=4, threads=4, volumes=np.array([1, 1, 0]) if g > 1 else None)
+                for g in (1, 2, 4)}
+
+    local, shared = modes(1e8, 0), modes(1e5, 1)
+    for g in (1, 2, 4):
+        # each group reads the network once, 4 / g copies in all: 4 readers at once locally, one at a time shared
+        assert local[g].load_seconds == pytest.approx(24_000 * 4 / g / (1e8 * 4))
+        assert shared[g].load_seconds == pytest.approx(24_000 * 4 / g / 1e5)
+    assert cost.cheapest(list(local.values())).group_size == 1  # the reads cost little: data mode's fewer tasks win
+    assert cost.cheapest(list(shared.values())).group_size == 4  # each worker reading a quarter of it wins
+    slow = _cal(read_rate=1e5, readers=1, cores=4)
+    streamed = _predict(slow, 1, workers=4, threads=4, resident=False)
+    assert streamed.read == pytest.approx(cost.read_seconds(slow, 24_000 * 4, 4)) == pytest.approx(24_000 * 4 / 1e5)
+
+
+def test_explain_compares_the_measured_inference_with_the_predicted_inference():
+    from dasknn.cli.common import explain_table
+
+    p = cost.Prediction(mode="model", group_size=2, fits=True, resident=True, seconds=5.5, compute=1.0,
+                        exchange=0.25, tasks=0.125, read=0.0, setup_seconds=3.0, load_seconds=1.125)
+    line = explain_table([p], "model", 2, measured=1.4).splitlines()[1]
+    # the predicted inference (without the setup and load the engine times apart) beside the measured inference
+    assert p.inference_seconds == pytest.approx(1.375)
+    assert line.split()[3] == "1.375" and "+ 1.125  + 3.000  = 5.500" in line and line.endswith("measured 1.400 s")
+
+
 def test_explain_prints_every_prediction(slice_store, capsys):
     from dasknn.cli import main
 
@@ -220,6 +265,32 @@ def test_a_stored_partition_is_used_not_recomputed(client, fresh_store, slice_tr
     assert model.volumes_from == "partition" and result.partition_seconds == 0
     want = partition.layer_volumes(s.network().layers, owners, parts=2)
     assert result.plan_volume == want.tolist()
+
+
+@pytest.mark.cluster
+def test_model_modes_kernel_is_timed_over_the_images_a_chunk_computes(client, fresh_store, monkeypatch):
+    # a step over many of the kernel's tiles runs at a fraction of one tile's rate: model mode's rate is timed over
+    # a chunk's images (those it computes: alive, or distinct), not over one tile
+    from dasknn import partition, store
+    from dasknn.engine import sizing
+
+    s = store.open_store(fresh_store)
+    store.save_partition(fresh_store, store.partition_name("hypergraph", 2),
+                         partition.partition_network(s.network().layers, 2, "block"), {})
+    _no_partitioning(monkeypatch)
+    timed = []
+    real = sizing._kernel_rate
+
+    def spy(client, workers, path, dtype, k, owners, loop=False, memory=None, width=None):
+        timed.append((owners is not None, width))
+        return real(client, workers, path, dtype, k, owners, loop=loop, memory=memory, width=width)
+
+    monkeypatch.setattr(sizing, "_kernel_rate", spy)
+    result = engine.infer(fresh_store, client=client, mode="model", explain=True, images=600, chunks=2)
+    nnz = s.layer_entries()
+    computed = cost.computed_per_layer(result.calibration, s.depth)
+    want = round(600 / 2 * float(np.dot(computed, nnz) / nnz.sum()))
+    assert [width for of_parts, width in timed if of_parts] == [want] and 16 < want < 300
 
 
 def test_a_partition_that_does_not_match_the_network_is_refused(fresh_store):

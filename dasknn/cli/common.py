@@ -113,19 +113,20 @@ def check_report(path: str | os.PathLike[str] | None) -> None:
 
 
 def explain_table(predictions: list, mode: str, group_size: int, measured: float) -> str:
-    """The cost model's table of its :class:`~dasknn.cost.Prediction`: each mode's predicted seconds and their parts,
-    the one-time setup (a partition and a plan still to make) apart, and what ran."""
-    lines = ["mode            group  fits  predicted s  (compute + exchange + tasks + read)  + setup"]
+    """The cost model's table of its :class:`~dasknn.cost.Prediction`: each mode's predicted inference seconds and
+    their parts (what the run measures as its inference), then the load of resident weights and the one-time setup
+    (a partition and a plan still to make) apart, the whole it chooses by, and what ran."""
+    lines = ["mode            group  fits  predicted s  (compute + exchange + tasks + read)  + load  + setup"
+             "  = in all"]
     for p in predictions:
         ran = p.mode == mode and p.group_size == group_size
-        setup = p.setup_seconds
         # a lower bound: the exchange was not estimated, the setup alone costing more than data mode
         note = {"sample": " (exchange from a sample)", "bound": " (at least: exchange not estimated)"}.get(
             p.volumes_from, "")
         via = f" ({p.transport})" if p.transport else ""  # model and hybrid: the exchange it assumes
-        lines.append(f"{p.mode + via:<15} {p.group_size:>5}  {'yes' if p.fits else 'no ':<4} {p.seconds:>11.3f}  "
-                     f"({p.compute:.3f} + {p.exchange:.3f} + {p.tasks:.3f} + {p.read:.3f})"
-                     f"  + {setup:.3f}{note}"
+        lines.append(f"{p.mode + via:<15} {p.group_size:>5}  {'yes' if p.fits else 'no ':<4} "
+                     f"{p.inference_seconds:>11.3f}  ({p.compute:.3f} + {p.exchange:.3f} + {p.tasks:.3f} + "
+                     f"{p.read:.3f})  + {p.load_seconds:.3f}  + {p.setup_seconds:.3f}  = {p.seconds:.3f}{note}"
                      + (f"  <- ran: measured {measured:.3f} s" if ran else ""))
     return "\n".join(lines)
 

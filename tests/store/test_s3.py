@@ -97,6 +97,22 @@ def test_every_mode_from_s3_equals_the_local_run(slice_url, slice_store, s3_sche
 
 
 @pytest.mark.cluster
+def test_the_cost_model_counts_reads_behind_a_url_as_shared_by_a_hosts_workers(slice_url, slice_store, s3_scheduler,
+                                                                            capsys):
+    # one host's 2 workers share its link to the endpoint: their reads add up to one reader's; a local store's
+    # reads add up worker by worker (readers 0), and the predictions of resident modes count the load either way
+    readers = {}
+    for network in (slice_url, str(slice_store)):
+        code, report, err = run(capsys, "infer", "--network", network, "--scheduler", s3_scheduler, "--mode", "auto",
+                                "--explain", "--batch", "200")
+        assert code == 0, err
+        readers[network] = report["calibration"]["readers"]
+        data = next(p for p in report["predictions"] if p["mode"] == "data")
+        assert data["resident"] and data["load_seconds"] > 0
+    assert readers == {slice_url: 1, str(slice_store): 0}
+
+
+@pytest.mark.cluster
 @pytest.mark.slow
 def test_generate_partition_and_train_with_checkpoints_on_s3(s3, s3_scheduler, tmp_path, capsys):
     code, report, err = run(capsys, "generate", "--neurons", "1024", "--layers", "3", "--images", "40", "--truth",
