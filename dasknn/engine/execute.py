@@ -87,7 +87,8 @@ class Job:
     #: pipeline mode: the entries a stage may hold per byte of its worker's memory limit
     #: (:func:`~dasknn.stages.stage_capacity` of one byte)
     stage_entries_per_byte: float | None = None
-    #: pipeline mode, streamed: the bytes a stage keeps of what it fetched (:func:`~.sizing.stage_hold_bytes`)
+    #: streamed, a worker running several chunks: the bytes its stream keeps of what it fetched
+    #: (:func:`~.sizing.stream_hold_bytes`), so that it fetches each layer (its stage's, its part's) once
     hold_bytes: int = 0
     #: pipeline mode, resident: each worker's stage and the future of its layers, kept from one pass to the next,
     #: so that a pass after a lost worker loads only the stages whose workers are new
@@ -295,7 +296,7 @@ def _partition(client, job: Job, workers: list[str], layout: _Layout, out: Pass,
         t0 = time.perf_counter()
         plan_path, layout.outline = _part_plan(client, job, owners, workers, layout.run)
         out.plan_seconds = time.perf_counter() - t0
-        layout.parts = {(gi, q): PartStreamSpec(plan_path, q, job.dtype, job.keep_layers)
+        layout.parts = {(gi, q): PartStreamSpec(plan_path, q, job.dtype, job.keep_layers, job.hold_bytes)
                         for gi, q in layout.places()}
     layout.exchange = out.exchange = _transport(job, layout, len(workers))
     exchange_for(layout.exchange, layout.groups[0]).prepare(client)  # (what the transport needs on the workers)
@@ -429,7 +430,8 @@ def _graph(job: Job, layout: _Layout, todo: list[int], loaded: dict[str, object]
                                  job.compress)
         elif outline is None:
             w = layout.solo(i)
-            weights = layout.part_of[w] if job.resident else LayerStreamSpec(job.path, job.dtype, job.keep_layers)
+            weights = (layout.part_of[w] if job.resident else
+                       LayerStreamSpec(job.path, job.dtype, job.keep_layers, hold_bytes=job.hold_bytes))
             key = data_chunk(graph, c, a, w, weights, loaded[image_keys[(c, 0)]], store.depth,
                              job.segment or store.depth, store.bias, store.ymax, res,
                              (a, b - a) if job.activations_name else None, job.compress)

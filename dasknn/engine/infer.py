@@ -26,7 +26,7 @@ from .options import InferenceOptions, options_with
 from .places import Slot, keep_places, most_parts
 from .sizing import (WEIGHTS_SHARE, ProbeUnfit, check_memory, chunk_bounds, default_chunks, fits,
                      part_stream_keep, partition_fits_worker, pipeline_chunks, pipeline_prediction, predict_modes,
-                     stage_hold_bytes)
+                     stream_hold_bytes)
 
 
 @dataclass
@@ -287,9 +287,10 @@ def _job(path: str, store, source: InputSource, count: int, o: InferenceOptions,
         keep_layers = wider if fit(wider, width) else keep_layers
     for holds, limit in shares:
         check_memory(store, o.dtype, resident, keep_layers, holds, limit, width)
-    # a streamed pipeline stage keeps what it fetched where the worker has room: it fetches its layers once
-    streamed_stages = stage_work is not None and not resident
-    hold = stage_hold_bytes(store, o.dtype, keep_layers, memory, width) if streamed_stages else 0
+    # a streamed worker that runs several chunks (data mode's, a pipeline stage's, a part's) keeps what it fetched
+    # where it has room: it fetches each of its layers once
+    repeats = -(-len(bounds) // max(1, len(workers) // g))
+    hold = stream_hold_bytes(store, o.dtype, keep_layers, memory, width) if not resident and repeats > 1 else 0
     return Job(path=path, source=source, store=store, dtype=o.dtype, backend=o.backend, resident=resident,
                keep_layers=keep_layers, segment=o.segment, sync_every=o.sync_every, compact=o.messages == "compact",
                results=results, activations=o.activations, bounds=bounds, partition=o.partition,
