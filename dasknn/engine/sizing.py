@@ -260,11 +260,12 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
                   pipeline: bool = False, stages: int | None = None, compress: bool = True):
     """The cost model's predictions for data mode, every model/hybrid grouping the workers allow, and pipeline mode
     (``stages`` workers a pipeline: by default one pipeline over all of them) where it is the mode asked for
-    (``pipeline``) or data mode cannot hold the weights: ``auto`` weighs it only against model and hybrid modes,
-    on workers too small for the whole network.
+    (``pipeline``), data mode cannot hold the weights, or the store is behind a URL (where every worker reading all
+    of it costs: :attr:`~dasknn.cost.Calibration.readers`).
 
     Model and hybrid modes do data mode's multiply-adds plus their exchange, so where data mode holds the
-    weights and has a chunk for every thread, the others are predicted only when ``everything`` is asked for.
+    weights, has a chunk for every thread and reads a local store, the others are predicted only when
+    ``everything`` is asked for.
     Predicting them never computes the run's partition: one already there (given, or kept in the store) is used;
     otherwise the exchange is estimated from a cheap partition of a few layers
     (:func:`~dasknn.partition.cluster.sample_volumes`), and the one-time setup (the partition, the plan) is added
@@ -320,11 +321,12 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
 
     out = [one(1)]
     data_suffices = out[0].resident and images >= threads and resident is not False
-    if everything or not data_suffices:
+    if everything or not data_suffices or cal.readers:
         sizes = [group_size] if group_size else [g for g in range(2, len(workers) + 1) if len(workers) % g == 0]
         out.extend(one(g, out[0]) for g in sizes)
     k = stages or len(workers)
-    if (pipeline or not data_suffices) and 1 < k <= store.depth and len(workers) % k == 0:
+    # behind a URL reading costs: pipeline mode, which reads the network once a pipeline, is weighed too
+    if (pipeline or not data_suffices or cal.readers) and 1 < k <= store.depth and len(workers) % k == 0:
         from ..runtime.recovery import memory_of
 
         out.append(pipeline_prediction(cal, store, images, threads, len(workers), k, chunks, dtype, memory,

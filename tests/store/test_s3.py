@@ -100,16 +100,19 @@ def test_every_mode_from_s3_equals_the_local_run(slice_url, slice_store, s3_sche
 def test_the_cost_model_counts_reads_behind_a_url_as_shared_by_a_hosts_workers(slice_url, slice_store, s3_scheduler,
                                                                             capsys):
     # one host's 2 workers share its link to the endpoint: their reads add up to one reader's; a local store's
-    # reads add up worker by worker (readers 0), and the predictions of resident modes count the load either way
-    readers = {}
+    # reads add up worker by worker (readers 0). Resident modes' predictions count their load either way, and
+    # behind a URL auto weighs the modes that read less (pipeline, model) even where data mode holds the network
+    readers, weighed = {}, {}
     for network in (slice_url, str(slice_store)):
         code, report, err = run(capsys, "infer", "--network", network, "--scheduler", s3_scheduler, "--mode", "auto",
-                                "--explain", "--batch", "200")
+                                "--batch", "200")
         assert code == 0, err
         readers[network] = report["calibration"]["readers"]
+        weighed[network] = {p["mode"] for p in report["predictions"]}
         data = next(p for p in report["predictions"] if p["mode"] == "data")
         assert data["resident"] and data["load_seconds"] > 0
     assert readers == {slice_url: 1, str(slice_store): 0}
+    assert weighed == {slice_url: {"data", "model", "pipeline"}, str(slice_store): {"data"}}
 
 
 @pytest.mark.cluster
