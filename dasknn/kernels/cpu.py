@@ -60,6 +60,9 @@ TWIN_MIN_IMAGES = 128
 #: Layers in one group at most: between groups the survivors of all tiles are gathered and tiled afresh, so
 #: tiles emptied by dying images fill up again.
 GROUP_LAYERS = 16
+#: Layers in one group at most while a chunk's looks fold many of its images (its record looks after every layer):
+#: its tiles empty fast, and gathering them afresh more often keeps them wide (and folds equal images across them).
+FOLDING_GROUP_LAYERS = 8
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -581,7 +584,7 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
     # size are fresh mappings, their pages zeroed on first touch, which cost as much system time as the kernel's
     # own (measured on 65,536-wide layers under a Dask nanny's malloc settings)
     ours = spare = None  # the flat buffer yt is in (once it is an output here), and the one free for reuse
-    while group := _next_group(layers, GROUP_LAYERS):
+    while group := _next_group(layers, _group_layers(folds)):
         indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts, twin_starts = \
             _concatenated(group, dtype, yt.shape[1])
         rows = max(yt.shape[0], int(np.diff(ptr_starts).max()) - 1)
@@ -615,6 +618,11 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
             break
     yt = np.ascontiguousarray(yt)
     return (yt, ids) if folds is None else (yt, ids, folds)
+
+
+def _group_layers(folds: Folds | None) -> int:
+    # the next group's layers at most: fewer while the chunk's looks fold many of its images
+    return FOLDING_GROUP_LAYERS if folds is not None and folds.enabled and folds.every == 1 else GROUP_LAYERS
 
 
 #: No hash coefficients: the layer loop does not look.

@@ -69,6 +69,20 @@ def test_real_slice_folded_is_bit_equal_to_every_image_computed(real_slice, dtyp
     assert record.columns[-1] * 2 < record.alive[-2] and record.columns.sum() < counted.columns.sum()
 
 
+def test_the_loop_tiles_afresh_more_often_while_its_looks_fold_many(real_slice, monkeypatch):
+    # a chunk whose looks fold many images (its record looks after every layer) runs groups of
+    # FOLDING_GROUP_LAYERS, its emptied tiles gathered afresh between them; without folds, groups of GROUP_LAYERS
+    net, x = real_slice
+    asked = []
+    next_group = cpu._next_group
+    monkeypatch.setattr(cpu, "_next_group", lambda layers, most: asked.append(most) or next_group(layers, most))
+    _run(net, x, "float32", Folds())
+    assert asked[0] == cpu.FOLDING_GROUP_LAYERS < cpu.GROUP_LAYERS
+    asked.clear()
+    _run(net, x, "float32", Folds(enabled=False))
+    assert asked and set(asked) == {cpu.GROUP_LAYERS}
+
+
 def test_a_hash_never_folds_alone_equal_hashes_are_compared(real_slice, monkeypatch):
     # every column hashes alike: each is compared with the first of its hash, and only equal ones fold
     net, x = real_slice
