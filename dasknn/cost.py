@@ -457,6 +457,8 @@ def predict(
     """
     depth = layer_nnz.size
     alive = computed_per_layer(cal, depth)  # (where images fold, only the distinct ones are computed and sent)
+    if group_size > 1:
+        alive = alive[synced_layers(depth, sync_every)]  # (model mode drops and folds only after its sync layers)
     factor = _per_layer(cal.message_factor, depth)
     g = group_size
     share = weight_bytes / g
@@ -512,6 +514,14 @@ def alive_per_layer(cal: Calibration, depth: int) -> np.ndarray:
     """The share of the batch's images alive when each of ``depth`` layers runs, as the probe saw it (the layers
     past the probe's last as that one)."""
     return _per_layer(cal.alive, depth)
+
+
+def synced_layers(depth: int, sync_every: int) -> np.ndarray:
+    """For each of ``depth`` layers (0-based), the layer whose images model mode's step computes: the parts drop
+    the images that died, and fold those equal on every part, only after each ``sync_every``-th layer (as its next
+    layer runs), so a layer runs the images alive (or distinct) at the last such layer."""
+    every = max(1, int(sync_every))
+    return np.arange(depth) // every * every
 
 
 def computed_per_layer(cal: Calibration, depth: int) -> np.ndarray:

@@ -38,9 +38,10 @@ def test_data_mode_is_the_multiply_adds_over_the_threads():
 
 def test_model_mode_adds_its_exchange_and_tasks():
     d, m = _predict(_cal(), 1), _predict(_cal(), 2)
-    assert m.mode == "model" and m.compute == pytest.approx(d.compute)
-    entries = 1000 * (100 * 1.0 + 100 * 0.5)
-    moved = 1000 * 4 * (100 * 1.0 * 1.0 + 100 * 0.5 * 0.25)
+    # model mode drops the images that died only after its sync layers (every 2nd): layer 2 runs layer 1's images
+    assert m.mode == "model" and m.compute == pytest.approx(1000 * (1000 + 1000 + 500) / (1e9 * 2))
+    entries = 1000 * (100 * 1.0 + 100 * 1.0)
+    moved = 1000 * 4 * (100 * 1.0 * 1.0 + 100 * 1.0 * 0.25)
     assert m.exchange == pytest.approx(entries / (1e8 * 2) + moved / (1e9 * 2))
     assert m.tasks > d.tasks and m.seconds > d.seconds
     assert cost.cheapest([d, m]) is d
@@ -114,11 +115,19 @@ def test_auto_runs_what_the_model_predicts_cheapest(client, slice_store, slice_t
     assert set(cal.kernel_rates) == {1, 2} and all(r > 0 for r in cal.kernel_rates.values())
 
 
+def test_model_modes_layers_run_the_images_of_its_last_sync_layer():
+    # parts drop dead images (and fold equal ones) only after every sync_every-th layer
+    assert cost.synced_layers(7, 2).tolist() == [0, 0, 2, 2, 4, 4, 6]
+    assert cost.synced_layers(4, 1).tolist() == [0, 1, 2, 3]
+    assert cost.synced_layers(5, 3).tolist() == [0, 0, 0, 3, 3]
+
+
 def test_a_measured_kernel_rate_is_the_one_the_mode_uses():
-    slow_model = _cal(kernel_rates={1: 1e9, 2: 5e8})
+    slow_model = _cal(kernel_rates={1: 1e9, 2: 5e8}, alive=[1.0, 1.0])  # (no image dies: no sync lag either)
     d, m = _predict(slow_model, 1), _predict(slow_model, 2)
     assert m.compute == pytest.approx(2 * d.compute)
-    assert _predict(_cal(kernel_rates={2: 5e8}), 1).compute == pytest.approx(d.compute)  # fallback: kernel_rate
+    fallback = _predict(_cal(kernel_rates={2: 5e8}, alive=[1.0, 1.0]), 1)  # data mode: kernel_rate
+    assert fallback.compute == pytest.approx(d.compute)
 
 
 @pytest.mark.parametrize("parts", [None, 2, 3])
@@ -552,9 +561,9 @@ def test_folding_runs_are_predicted_on_the_distinct_vectors():
     # images that converge computed once: a layer's work (and model mode's messages) counts the distinct vectors
     # the probe found among the alive images; a calibration without them (compress off) counts every alive image
     every, folded = _cal(), _cal(distinct=[1.0, 0.05])
-    for g in (1, 2):
-        assert _predict(folded, g).compute < _predict(every, g).compute * 0.6
-    assert _predict(folded, 2).exchange < _predict(every, 2).exchange
+    for g in (1, 2):  # (model mode syncing every layer: it folds after each, as data mode does)
+        assert _predict(folded, g, sync_every=1).compute < _predict(every, g, sync_every=1).compute * 0.6
+    assert _predict(folded, 2, sync_every=1).exchange < _predict(every, 2, sync_every=1).exchange
     assert cost.computed_per_layer(folded, 3).tolist() == [1.0, 0.05, 0.05]
     assert cost.computed_per_layer(every, 3).tolist() == [1.0, 0.5, 0.5]
 
