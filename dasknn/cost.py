@@ -41,6 +41,10 @@ from .store import LayerStream, open_inputs, open_store
 
 #: Multiply-adds a probe may spend (the probe runs on one worker before the timed run).
 PROBE_BUDGET = 4e9
+#: Seconds the probe may spend reading layers (behind a slow link, the store's read rate is known long before the
+#: multiply-adds' budget is spent: 16.6 s of a 43 s run at 100 Mbit/s), once it has run PROBE_MIN_LAYERS layers.
+PROBE_READ_SECONDS = 2.0
+PROBE_MIN_LAYERS = 8
 #: Activations (images x neurons) in the probe's sample.
 PROBE_ACTIVATIONS = 1 << 21
 #: Bytes the probe takes per activation of its sample (images x neurons x itemsize) at most: the sample, the two
@@ -199,8 +203,9 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
     kernel, packing and store-read rates.
 
     The sample is the batch's first images, as many as :func:`probe_width` gives in ``memory`` bytes (None:
-    unbounded); the probe stops after :data:`PROBE_BUDGET` multiply-adds (later layers are assumed to behave like
-    the last one it ran).
+    unbounded); the probe stops after :data:`PROBE_BUDGET` multiply-adds, or once its reads took
+    :data:`PROBE_READ_SECONDS` (after :data:`PROBE_MIN_LAYERS` layers): later layers are assumed to behave like the
+    last one it ran.
 
     ``inputs`` is the inputs store (its path), or rows in memory the task was given: a scattered batch, or a
     dask.array's first chunk (NumPy, ``scipy.sparse`` or CuPy; the sample is then at most that chunk's rows).
@@ -251,7 +256,7 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
         yt = kernels.layer_step(yt, indptr, indices, data, store.bias, store.ymax, out=out)
         kernel_s += time.perf_counter() - t0
         macs += float(indices.size) * yt.shape[1]
-        if macs >= PROBE_BUDGET:
+        if macs >= PROBE_BUDGET or (read_s >= PROBE_READ_SECONDS and k >= PROBE_MIN_LAYERS):
             break
     stream.close()
     return {"kernel_rate": macs / max(kernel_s, 1e-9), "message_rate": entries / max(message_s, 1e-9),

@@ -277,6 +277,30 @@ def test_a_stored_partition_is_used_not_recomputed(client, fresh_store, slice_tr
 
 
 @pytest.mark.cluster
+def test_a_stored_partitions_report_gives_the_volumes_without_reading_the_layers(client, fresh_store, monkeypatch):
+    # behind a slow link the client reading every layer to count them cost seconds: the report kept with the
+    # partition has them
+    from dasknn import partition, store
+    from dasknn.engine import sizing
+
+    s = store.open_store(fresh_store)
+    layers = s.network().layers
+    owners = partition.partition_network(layers, 2, "block")
+    report = partition.partition_report(layers, owners, "block", 0.0)
+    store.save_partition(fresh_store, store.partition_name("hypergraph", 2), owners, report)
+    _no_partitioning(monkeypatch)
+
+    def counted(*args, **kwargs):
+        raise AssertionError("the volumes were counted from the layers")
+
+    monkeypatch.setattr(sizing, "layer_volumes", counted)
+    result = engine.infer(fresh_store, client=client, mode="data", explain=True, images=200)
+    model = [p for p in result.predictions if p.mode == "model"][0]
+    assert model.volumes_from == "partition" and model.exchange > 0
+    assert report["volume_per_layer"] == partition.layer_volumes(layers, owners, parts=2).tolist()
+
+
+@pytest.mark.cluster
 def test_model_modes_kernel_is_timed_over_the_images_a_chunk_computes(client, fresh_store, monkeypatch):
     # a step over many of the kernel's tiles runs at a fraction of one tile's rate: model mode's rate is timed over
     # a chunk's images (those it computes: alive, or distinct), not over one tile
@@ -411,6 +435,27 @@ def test_the_probe_samples_two_tiles_at_least_and_steps_into_two_buffers(slice_s
     assert figures["probe_images"] == 2 * kernels.tile_for(1024, 4)
     timed = outs[-(figures["probe_layers"] - 1):]  # the warm-up's steps come first
     assert None not in timed and len(set(timed)) <= 2
+
+
+def test_the_probe_stops_reading_a_slow_store_after_its_read_budget(slice_store, monkeypatch):
+    # behind a slow link the read rate is known long before the multiply-adds' budget is spent
+    import time as clock
+
+    from dasknn import store
+
+    monkeypatch.setattr(cost, "PROBE_BUDGET", 1e12)
+    monkeypatch.setattr(cost, "PROBE_READ_SECONDS", 0.05)
+    monkeypatch.setattr(cost, "PROBE_MIN_LAYERS", 3)
+    read = store.LayerStream.layer
+
+    def slow(self, k):
+        clock.sleep(0.02)  # a layer's worth of a slow link
+        return read(self, k)
+
+    monkeypatch.setattr(store.LayerStream, "layer", slow)
+    figures = cost.probe(str(slice_store), str(slice_store), 200, "float32")
+    # 3 layers at least, then as many as 0.05 s of reads allow: far fewer than the slice's 12
+    assert 3 <= figures["probe_layers"] <= 4 and figures["read_rate"] > 0
 
 
 def test_tiles_in_use_count_a_part_empty_tile_as_a_full_one():
