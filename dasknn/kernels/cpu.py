@@ -27,7 +27,6 @@ These kernels, with the messages' and training's NumPy kernels, are the ``"cpu"`
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from .cpu_folds import fold_group, fold_tile, hash_tile
 from .folds import Folds, hash_coefficients
 from .grad import back_input_numpy, weight_grad_numpy
 from .messages import pack_rows_numpy, unpack_rows_numpy
+from .scratch import leave_free, left_free, release_scratch, scratch
 
 #: Bytes a tile's inputs may take: half of this VM's 2 MB L2 per core, leaving room for the tile's outputs.
 TILE_BYTES = 1 << 20
@@ -395,9 +395,6 @@ def _run_group(yt, ids, weights, indptrs, ptr_starts, indices, data, entry_start
     return total
 
 
-#: Per thread (by ident): the flat scratch arrays :func:`layer_step_numpy` tiles into and the layer loop gathers a
-#: group's layers into, by use and dtype, kept between calls until :func:`release_scratch`.
-_SCRATCH: dict[int, dict[tuple[str, np.dtype], np.ndarray]] = {}
 
 
 @numba.njit(cache=True, nogil=True, boundscheck=False)
@@ -425,20 +422,6 @@ def keep_columns_numpy(a: np.ndarray, keep: np.ndarray) -> np.ndarray:
     flat = a.reshape(-1)
     _keep_columns_flat(flat, a.shape[0], a.shape[1], kept)
     return flat[:a.shape[0] * kept.size].reshape(a.shape[0], kept.size)
-
-
-def _scratch(size: int, dtype: np.dtype, use: str = "tiles") -> np.ndarray:
-    # at least size items of dtype for one use, this thread's own, grown as needed
-    held = _SCRATCH.setdefault(threading.get_ident(), {})
-    work = held.get((use, dtype))
-    if work is None or work.size < size:
-        work = held[use, dtype] = np.empty(size, dtype=dtype)
-    return work
-
-
-def release_scratch() -> None:
-    """Let go of every thread's scratch (after a run; a call still using one keeps it until it returns)."""
-    _SCRATCH.clear()
 
 
 def tile_for(inputs: int, itemsize: int = 4) -> int:
@@ -494,7 +477,7 @@ def layer_step_numpy(
         # faults: a small batch notices a megabyte, a 65,536-wide part's step 75 MB)
         buf_shape = (0, 0) if nb <= tile and rows == yt.shape[0] else (rows, min(tile, nb))
         sums_shape = (out.shape[0], tile) if nb > tile else (0, 0)
-        work = _scratch(buf_shape[0] * buf_shape[1] + sums_shape[0] * sums_shape[1], dtype)
+        work = scratch(buf_shape[0] * buf_shape[1] + sums_shape[0] * sums_shape[1], dtype)
         buf = work[:buf_shape[0] * buf_shape[1]].reshape(buf_shape)
         sums = work[buf.size:buf.size + sums_shape[0] * sums_shape[1]].reshape(sums_shape)
         _layer_step_numba(yt, extra, yt.shape[0], rows, indptr, indices, data.astype(dtype, copy=False),
@@ -583,13 +566,15 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
     # the memory is reused from group to group (a group is a single layer at 65,536 neurons): fresh arrays of this
     # size are fresh mappings, their pages zeroed on first touch, which cost as much system time as the kernel's
     # own (measured on 65,536-wide layers under a Dask nanny's malloc settings)
-    ours = spare = None  # the flat buffer yt is in (once it is an output here), and the one free for reuse
+    # and from call to call on a thread (ends.run_layers_remembering runs a chunk 32 layers a call): the buffer the
+    # last call left free is taken up, and the one this call leaves free is left for the next
+    ours, spare = None, left_free(dtype)  # the flat buffer yt is in (once an output here), and one free for reuse
     while group := _next_group(layers, _group_layers(folds)):
         indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts, twin_starts = \
             _concatenated(group, dtype, yt.shape[1])
         rows = max(yt.shape[0], int(np.diff(ptr_starts).max()) - 1)
         tile = min(tile_for(rows, dtype.itemsize), yt.shape[1])  # no tile wider than the batch
-        tiles = _scratch(2 * rows * tile, dtype)  # this thread's own: nothing else runs on it meanwhile
+        tiles = scratch(2 * rows * tile, dtype)  # this thread's own: nothing else runs on it meanwhile
         shape = (group[-1][0].size - 1, yt.shape[1])
         size = shape[0] * shape[1]
         buffer = spare if spare is not None and spare.size >= size else np.empty(size, dtype=dtype)
@@ -616,7 +601,13 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
             folds = folds.ran(len(group), (folds.merged.size - before) / max(1, entering))
         if survivors == 0:
             break
+    if not yt.flags.c_contiguous and spare is not None and spare.size >= yt.size and ours is not None:
+        # the survivors gathered into the free buffer: the one they were in is free then
+        gathered = spare[:yt.size].reshape(yt.shape)
+        np.copyto(gathered, yt)
+        yt, spare = gathered, ours
     yt = np.ascontiguousarray(yt)
+    leave_free(spare)
     return (yt, ids) if folds is None else (yt, ids, folds)
 
 
@@ -727,11 +718,11 @@ def _concatenated(group: list, dtype: np.dtype, images: int) -> tuple[np.ndarray
     entries = int(entry_starts[-1])
     indices = _in_place([ix for _, ix, _ in group], _INDEX)
     if indices is None:
-        indices = np.concatenate([ix for _, ix, _ in group], out=_scratch(entries, _INDEX, "indices")[:entries],
+        indices = np.concatenate([ix for _, ix, _ in group], out=scratch(entries, _INDEX, "indices")[:entries],
                                  casting="unsafe")
     data = _in_place([d for _, _, d in group], dtype)
     if data is None:
-        data = np.concatenate([d for _, _, d in group], out=_scratch(entries, dtype, "data")[:entries])
+        data = np.concatenate([d for _, _, d in group], out=scratch(entries, dtype, "data")[:entries])
     twins = [_layer_twins(layer, p, indices[entry_starts[k]:entry_starts[k + 1]], images)
              for k, (layer, p) in enumerate(zip(group, indptrs))]
     twin_starts = np.zeros(len(group) + 1, dtype=np.int64)

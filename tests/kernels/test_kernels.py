@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from dasknn import kernels, reference
-from dasknn.kernels import cpu
+from dasknn.kernels import cpu, scratch
 
 
 def _challenge_layer(yt: np.ndarray, w: sp.csc_matrix, bias: float, ymax: float) -> np.ndarray:
@@ -309,14 +309,20 @@ def test_held_layers_are_packed_and_read_in_place_with_the_same_result(monkeypat
         kernels.held_layers(iter(as_read), 5, dtype, "cpu")
 
 
+def _positive_blocks(rng, count: int) -> list:
+    # 64 x 64 layers of positive weights: images stay alive through them
+    layers = [_random_block(rng, 64, 64, 0.12, False) for _ in range(count)]
+    for w in layers:
+        w.data = np.abs(w.data) + 0.05
+    return layers
+
+
 def test_layer_loop_reuses_its_outputs_memory_from_group_to_group(monkeypatch):
     # one layer a group (as at 65,536 neurons): a fresh output array per layer would be a fresh mapping whose pages
     # are zeroed on first touch; the loop keeps to two outputs' memory however many groups it runs
     monkeypatch.setattr(cpu, "GROUP_LAYERS", 1)
     rng = np.random.default_rng(5)
-    layers = [_random_block(rng, 64, 64, 0.12, False) for _ in range(9)]
-    for w in layers:
-        w.data = np.abs(w.data) + 0.05
+    layers = _positive_blocks(rng, 9)
     x = ((rng.random((64, 300)) < 0.3) * 4.0).astype(np.float64)
     cpu.run_layers_numpy(x, [(w.indptr, w.indices, w.data) for w in layers[:1]], -0.3, 32.0, np.arange(300))
     sizes = []
@@ -422,3 +428,28 @@ def test_keep_columns_refuses_a_block_it_cannot_compact_in_place():
     a = np.zeros((6, 8), dtype=np.float32)
     with pytest.raises(ValueError, match="C-contiguous"):
         kernels.keep_columns(a[:, ::2], np.ones(4, dtype=bool))
+
+
+def test_the_layer_loop_takes_up_the_buffer_its_last_call_left_free_and_never_writes_a_callers_array(monkeypatch):
+    # a chunk run 32 layers a call (kernels.ends) reuses one buffer from call to call on its thread instead of
+    # mapping fresh pages for each; what a call returned and what it was given are never written over
+    monkeypatch.setattr(cpu, "GROUP_LAYERS", 2)
+    rng = np.random.default_rng(5)
+    block = [(w.indptr, w.indices, w.data) for w in _positive_blocks(rng, 6)]
+    x = ((rng.random((64, 150)) < 0.3) * 4.0).astype(np.float32)
+    x[:, ::9] = 0  # dead from the start: the survivors are gathered out of the last buffer
+    given = x.copy()
+    cpu.release_scratch()
+    first = kernels.run_layers_numpy(x, block, -0.3, 32.0, np.arange(150))
+    free = scratch.left_free(np.dtype(np.float32))
+    assert free is not None and not np.shares_memory(free, first[0]) and not np.shares_memory(free, x)
+    free[:] = np.nan
+    scratch.leave_free(free)
+    returned = first[0].copy()
+    second = kernels.run_layers_numpy(first[0], block, -0.3, 32.0, first[1])
+    assert not np.isnan(free).all()  # the second call wrote into it
+    np.testing.assert_array_equal(first[0], returned)  # the caller's arrays as they were
+    np.testing.assert_array_equal(x, given)
+    again = kernels.run_layers_numpy(returned, block, -0.3, 32.0, first[1])  # fresh buffers: the same numbers
+    np.testing.assert_array_equal(second[0], again[0])
+    cpu.release_scratch()
