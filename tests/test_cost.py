@@ -458,6 +458,19 @@ def test_the_probe_stops_reading_a_slow_store_after_its_read_budget(slice_store,
     assert 3 <= figures["probe_layers"] <= 4 and figures["read_rate"] > 0
 
 
+def test_the_probe_carries_a_few_images_through_the_layers_past_its_budget(slice_store, monkeypatch):
+    # the collapse often comes after the budget's first layers: a tail of the sample carries on to the last layer,
+    # each of its columns standing for its share of the images alive when the budget ran out
+    whole = cost.probe(str(slice_store), str(slice_store), 1000, "float64")
+    monkeypatch.setattr(cost, "PROBE_BUDGET", 1.0)  # spent by the first layer
+    monkeypatch.setattr(cost, "PROBE_TAIL_IMAGES", 200)
+    tail = cost.probe(str(slice_store), str(slice_store), 1000, "float64")
+    assert whole["probe_layers"] == tail["probe_layers"] == 12  # (it stopped after the first before)
+    assert tail["alive"][0] == whole["alive"][0] == 1.0  # (the first layer: all of them; the tail from the second)
+    np.testing.assert_allclose(tail["alive"], whole["alive"], atol=0.12)
+    assert all(d <= a + 1e-12 for d, a in zip(tail["distinct"], tail["alive"]))
+
+
 def test_tiles_in_use_count_a_part_empty_tile_as_a_full_one():
     # 250 images in tiles of 128: two tiles while more than 128 live, one below, none when all died
     used = cost.tiles_in_use(np.array([1.0, 0.9, 0.6, 0.5, 0.2, 0.0]), 250, 128)
