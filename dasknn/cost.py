@@ -33,6 +33,7 @@ import numpy as np
 from . import kernels
 from .kernels.marks import column_classes
 from .kernels.warm import WarmSpec, warm_kernels
+from .locations import is_url
 from .modes import mode_of
 from .plan import local_block, plan_layer, received_rows
 from .runtime.exchange.choice import P2P_MESSAGE_SECONDS
@@ -41,8 +42,9 @@ from .store import LayerStream, open_inputs, open_store
 
 #: Multiply-adds a probe may spend (the probe runs on one worker before the timed run).
 PROBE_BUDGET = 4e9
-#: Seconds the probe may spend reading layers (behind a slow link, the store's read rate is known long before the
-#: multiply-adds' budget is spent: 16.6 s of a 43 s run at 100 Mbit/s), once it has run PROBE_MIN_LAYERS layers.
+#: Seconds the probe may spend reading layers from a store behind a URL (behind a slow link, the store's read rate
+#: is known long before the multiply-adds' budget is spent: 16.6 s of a 43 s run at 100 Mbit/s), once it has run
+#: PROBE_MIN_LAYERS layers.
 PROBE_READ_SECONDS = 2.0
 PROBE_MIN_LAYERS = 8
 #: Images the probe carries on through the later layers once its multiply-adds' budget is spent, and the
@@ -233,6 +235,7 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
     entries = 0
     read_bytes = 0
     stream = LayerStream(path, dtype, keep=1)
+    remote = is_url(path)  # (a local store's reads are decoding, bounded by the budgets of multiply-adds)
     _warm_up(yt, stream.layer(1), store, buffers[1])
     for k in range(1, store.depth + 1):
         t0 = time.perf_counter()
@@ -267,7 +270,7 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
         else:
             kernel_s += time.perf_counter() - t0
             macs += float(indices.size) * yt.shape[1]
-        if read_s >= PROBE_READ_SECONDS and k >= PROBE_MIN_LAYERS or tail_macs >= PROBE_TAIL_BUDGET:
+        if remote and read_s >= PROBE_READ_SECONDS and k >= PROBE_MIN_LAYERS or tail_macs >= PROBE_TAIL_BUDGET:
             break
         if macs >= PROBE_BUDGET and not tail:
             if yt.shape[1] <= PROBE_TAIL_IMAGES:

@@ -453,6 +453,9 @@ def test_the_probe_stops_reading_a_slow_store_after_its_read_budget(slice_store,
         return read(self, k)
 
     monkeypatch.setattr(store.LayerStream, "layer", slow)
+    local = cost.probe(str(slice_store), str(slice_store), 200, "float32")
+    assert local["probe_layers"] == 12  # a local store's reads are decoding: never cut short
+    monkeypatch.setattr(cost, "is_url", lambda path: True)  # the same store behind a URL
     figures = cost.probe(str(slice_store), str(slice_store), 200, "float32")
     # 3 layers at least, then as many as 0.05 s of reads allow: far fewer than the slice's 12
     assert 3 <= figures["probe_layers"] <= 4 and figures["read_rate"] > 0
