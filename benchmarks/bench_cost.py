@@ -33,8 +33,8 @@ def _row(name: str, preds: list, runs: list, truth) -> tuple:
     r = runs[-1]
     measured = float(np.median([one.seconds for one in runs]))
     pred = preds[-1] if preds and preds[-1] is not None else None
-    # the inference alone, as measured: the one-time setup (partition, plan) is timed as its own phases
-    predicted = float(np.median([p.seconds - p.setup_seconds for p in preds])) if pred else float("nan")
+    # the inference alone, as measured: the one-time setup (partition, plan) and the load are phases of their own
+    predicted = float(np.median([p.inference_seconds for p in preds])) if pred else float("nan")
     # a lower bound (the exchange not estimated: the setup and data mode's multiply-adds alone cost more than data
     # mode) is not a prediction to miss by
     ratio = "bound" if pred and pred.volumes_from == "bound" else f"{measured / predicted:.2f}"
