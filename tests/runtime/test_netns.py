@@ -56,6 +56,38 @@ def test_a_namespace_behind_one_link_serves_at_the_links_rate(tmp_path):
     assert seconds > 0.8 * len(payload) * 8 / 40e6  # 0.6 s at 40 Mbit/s; unpaced, a few ms
 
 
+def test_the_namespaced_server_answers_what_fsspec_asks(tmp_path):
+    # fsspec's HTTP file system asks for sizes (HEAD), byte ranges and listings; the server answers them on one
+    # kept-alive connection (a connection a request, as python -m http.server, cost the harness its 1 Gbit/s)
+    import http.client
+
+    import fsspec
+
+    payload = np.random.default_rng(1).bytes(1_000_000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "blob").write_bytes(payload)
+    with netns.namespace_behind_link("1gbit") as link, netns.http_server(link.host, tmp_path) as root:
+        fs = fsspec.filesystem("http", skip_instance_cache=True)
+        assert fs.info(f"{root}/sub/blob")["size"] == len(payload)
+        assert fs.cat_file(f"{root}/sub/blob", start=1000, end=250_000) == payload[1000:250_000]
+        assert [e["name"] for e in fs.ls(f"{root}/sub/")] == [f"{root}/sub/blob"]
+        conn = http.client.HTTPConnection(link.host.address, int(root.rsplit(":", 1)[1]), timeout=10)
+        answers = []
+        for wanted in ("bytes=-10", "bytes=999990-2000000", "bytes=2000000-"):
+            conn.request("GET", "/sub/blob", headers={"Range": wanted})
+            r = conn.getresponse()
+            answers.append((r.status, r.getheader("Content-Range"), r.read()))
+        sockets = conn.sock
+        conn.request("GET", "/sub/blob")
+        whole = conn.getresponse().read()
+        assert conn.sock is sockets  # the same connection throughout
+        conn.close()
+    assert answers == [(206, "bytes 999990-999999/1000000", payload[-10:]),
+                       (206, "bytes 999990-999999/1000000", payload[-10:]),
+                       (416, "bytes */1000000", b"")]
+    assert whole == payload
+
+
 @pytest.mark.parametrize("exchange", ["p2p", "tasks"])
 def test_model_mode_across_hosts_matches_the_truth(network, tmp_path, exchange):
     shutil.copytree(network, tmp_path / "net.zarr")
