@@ -300,6 +300,24 @@ def test_a_stored_partitions_report_gives_the_volumes_without_reading_the_layers
     assert report["volume_per_layer"] == partition.layer_volumes(layers, owners, parts=2).tolist()
 
 
+def test_an_array_equal_to_a_kept_partition_gives_its_reports_volumes(fresh_store):
+    # the rate-limited store's benchmark passes the stored partition as an array: behind the link, counting its
+    # volumes read every layer on the client (3.7 GB at 65,536 x 480); the kept report has them
+    from dasknn import partition, store
+    from dasknn.engine import sizing
+
+    s = store.open_store(fresh_store)
+    layers = s.network().layers
+    owners = partition.partition_network(layers, 2, "block")
+    report = partition.partition_report(layers, owners, "block", 0.0)
+    store.save_partition(fresh_store, store.partition_name("hypergraph", 2), owners, report)
+    got, kept = sizing._partition_and_report(str(fresh_store), owners.astype(np.int64), 2)
+    assert np.array_equal(got, owners) and kept["volume_per_layer"] == report["volume_per_layer"]
+    other = owners.copy()
+    other[1] = 1 - other[1]  # the parts swapped on one layer: another partition, counted from the layers
+    assert sizing._partition_and_report(str(fresh_store), other, 2)[1] == {}
+
+
 @pytest.mark.cluster
 def test_model_modes_kernel_is_timed_over_the_images_a_chunk_computes(client, fresh_store, monkeypatch):
     # a step over many of the kernel's tiles runs at a fraction of one tile's rate: model mode's rate is timed over

@@ -62,6 +62,19 @@ def stored_partition(store_path: str, partition, parts: int, seed: int = 0) -> n
     return None if saved is None else saved[0]
 
 
+def kept_report(store_path: str, owners: np.ndarray, parts: int) -> dict:
+    """The report of a partition kept in the store whose owners equal ``owners`` (its volumes, counted as it was
+    computed), or ``{}`` where none does: an array given may be one loaded from the store."""
+    from ..store import load_partition, stored_partitions
+
+    for kept in stored_partitions(open_store(store_path, check="metadata").root):
+        if kept["parts"] == parts:
+            saved = load_partition(store_path, kept["name"])
+            if saved is not None and np.array_equal(saved[0], owners):
+                return saved[1]
+    return {}
+
+
 def check_partition(owners, depth: int, neurons: int, parts: int) -> np.ndarray:
     """``owners`` as ``int32`` where it fits a network of ``depth`` layers x ``neurons`` neurons in ``parts`` parts;
     otherwise one line naming what differs."""

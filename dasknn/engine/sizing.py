@@ -15,7 +15,7 @@ from ..kernels.cpu import TWIN_MIN_IMAGES
 from ..locations import is_url, join, location
 from ..partition import layer_volumes
 from ..runtime.recovery import gather_watched
-from .owners import check_partition, stored_partition
+from .owners import check_partition, kept_report, stored_partition
 
 
 #: Share of a worker's memory limit its weights may take before ``auto`` spreads the layers over more workers.
@@ -390,11 +390,13 @@ def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, 
 
 
 def _partition_and_report(path: str, partition, parts: int) -> tuple[np.ndarray | None, dict]:
-    # the owners ``partition`` names (None: not computed yet) and, for one kept in the store, its report
+    # the owners ``partition`` names (None: not computed yet) and, for one kept in the store (or an array equal to
+    # one), its report
     from ..store import load_partition, partition_name
 
     if isinstance(partition, np.ndarray) or str(partition).endswith(".npy"):
-        return stored_partition(path, partition, parts), {}
+        owners = stored_partition(path, partition, parts)
+        return owners, kept_report(path, owners, parts)
     saved = load_partition(path, partition_name(str(partition), parts))
     return (None, {}) if saved is None else saved
 
