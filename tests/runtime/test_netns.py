@@ -58,7 +58,7 @@ def test_a_namespace_behind_one_link_serves_at_the_links_rate(tmp_path):
 
 def test_the_namespaced_server_answers_what_fsspec_asks(tmp_path):
     # fsspec's HTTP file system asks for sizes (HEAD), byte ranges and listings; the server answers them on one
-    # kept-alive connection (a connection a request, as python -m http.server, cost the harness its 1 Gbit/s)
+    # kept-alive connection (python -m http.server opens a connection a request and ignores ranges)
     import http.client
 
     import fsspec
