@@ -201,7 +201,7 @@ def _shown(args: argparse.Namespace, prepared: Prepared, result) -> int:
         report["per_layer"] = {"dense_message_bytes": result.dense_message_bytes,
                                "exchange_bytes": result.exchange_bytes}
     if result.layer_alive:
-        # data and pipeline modes: the images alive after each layer, and the distinct vectors it computed
+        # the images alive after each layer, and the columns it computed (the distinct vectors, where folded)
         report.setdefault("per_layer", {}).update(alive=result.layer_alive, distinct=result.layer_columns)
     if args.explain and not args.json:
         print(explain_table(result.predictions, result.mode, result.group_size, result.seconds), flush=True)

@@ -92,8 +92,10 @@ class InferenceResult:
     #: many images are in one and not the other
     matches_truth: bool | None = None
     mismatched: int | None = None
-    #: data and pipeline modes, one entry a layer summed over the chunks computed: the images alive after it, and
-    #: the columns it computed (each distinct vector once where ``compress``; every alive image where not)
+    #: one entry a layer summed over the chunks computed: the images alive after it, and the columns it computed
+    #: (data and pipeline modes: each distinct vector once where ``compress``, every alive image where not; model
+    #: and hybrid modes: the columns the parts' steps ran over, the images alive and distinct as of the last sync
+    #: layer's compaction)
     layer_alive: list[int] = field(default_factory=list)
     layer_columns: list[int] = field(default_factory=list)
     #: the edges the kernels multiplied: each layer's entries x the columns it computed (None where not counted)
@@ -479,7 +481,7 @@ def _result(job: Job, runs: _Runs, mode: str, group_size: int | None, count: int
 
 def _layer_counts(results: list, depth: int) -> tuple[np.ndarray | None, np.ndarray | None]:
     # the chunks' per-layer counts summed (a chunk whose images all died stopped counting: zeros after); None
-    # where the mode does not count (model and hybrid)
+    # where a chunk did not count them
     counted = [r for r in results if r.layer_columns is not None]
     if not counted or len(counted) < len(results):
         return None, None

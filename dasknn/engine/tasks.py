@@ -49,8 +49,10 @@ class ChunkResult:
     were alive after each round of alive masks (model mode; the plan's bytes are counted by them), and, where the
     run keeps them, its final activations as dense rows (images x neurons, the dead images' rows zero).
 
-    Data and pipeline mode add, one entry a layer, the columns each layer computed (the distinct vectors its looks
-    found, :mod:`dasknn.kernels.folds`) and the images alive after it: ``layer_columns``, ``layer_alive``."""
+    Every mode adds, one entry a layer, the columns each layer computed and the images alive after it (each
+    column counted with the images folded into it): ``layer_columns``, ``layer_alive``. In data and pipeline mode
+    the columns are the distinct vectors the loop's looks found (:mod:`dasknn.kernels.folds`); in model mode those
+    the parts' steps ran over, the images alive and distinct as of the last compaction (the sync layers' marks)."""
 
     ids: np.ndarray
     alive: tuple[int, ...] = ()
@@ -67,6 +69,28 @@ def without_activations(result: ChunkResult) -> ChunkResult:
 def activations_of(result: ChunkResult) -> np.ndarray:
     """A chunk's final activations (the dask.array chunk the run keeps on the worker)."""
     return result.activations
+
+
+@dataclass(frozen=True)
+class StepCount:
+    """What one model-mode step of a part computed, for the run's per-layer counts: the kernel ran over
+    ``columns`` images, those left by the chunk's first ``rounds`` rounds of sync marks (:func:`categories`
+    replays them to know which images they are); ``alive``: which of them the part's rows hold nonzero after the
+    layer, as :func:`numpy.packbits` of the mask (None until the step has run)."""
+
+    columns: int
+    rounds: int
+    alive: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class PartEnd:
+    """What a part's last step returns to its chunk's :func:`categories`: its marks of every sync layer, its last
+    block (None unless the step spec's ``with_block``), and its steps' counts, one a layer."""
+
+    masks: list
+    block: object
+    counts: tuple[StepCount, ...]
 
 
 @dataclass(frozen=True)
@@ -253,27 +277,30 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
     (``inbox`` are the task's arguments for them, where the exchange needs some), each ``(alive mask or None,
     rows)``: their rows this part reads, and, after a sync layer, their masks (or, from ``spec.mask_senders``
     through ``masked``, the masks alone). Returns what the exchange makes of the messages it sends for layer
-    ``spec.k + 1`` (the task exchange: ``(mask or None, {recipient: message})``), or, after the last layer,
-    ``(masks, block or None)``. With ``spec.split`` it computes only the outputs the messages carry, and holds its
+    ``spec.k + 1`` (the task exchange: ``(mask or None, {recipient: message})``), or, after the last layer, a
+    :class:`PartEnd`. With ``spec.split`` it computes only the outputs the messages carry, and holds its
     inputs for :func:`step_rest`.
     """
     k, run = spec.k, inference_run(spec.run)
-    block, masks = (images, []) if k == 1 else _held_block(run, spec, k - 1)
+    block, masks, counts = (images, [], []) if k == 1 else _held_block(run, spec, k - 1)
     pl, (indptr, indices, data) = run.part_layer(part, k)
     messages = spec.exchange.collect(run.endpoint, MessageTag(k, spec.chunk), spec.part, spec.senders, inbox)
     carriers = messages if not spec.mask_senders else spec.exchange.collect(
         run.endpoint, MessageTag(k, spec.chunk, masks=True), spec.part, spec.mask_senders, masked)
     survivors = None
+    rounds = counts[-1].rounds if counts else 0
     if k > 1 and carriers and carriers[0][0] is not None:
         # a sync layer's masks arrived: every part compacts by the union of all parts' masks
         survivors = _dropped([masks[-1]] + [mask for mask, _ in carriers])
+        rounds = len(masks)
     if survivors is not None:
         block = kernels.keep_columns(block, survivors)  # over the held block itself: nothing else reads it
+    counts.append(StepCount(block.shape[1], rounds))  # (its alive mask once the layer has run: _stepped)
     recv = _received(run, spec, pl, block, survivors, messages)
     if not spec.split:
         out = run.space(spec.chunk, spec.part, "block", block, (indptr.size - 1, block.shape[1]), 2)
         block = kernels.layer_step(block, indptr, indices, data, spec.bias, spec.ymax, extra=recv, out=out)
-        return _stepped(run, part, spec, block, masks)
+        return _stepped(run, part, spec, block, masks, counts)
     sent = _sent_rows(run, part, k + 1)
     out = run.space(spec.chunk, spec.part, "block", block, (indptr.size - 1, block.shape[1]), 2)
     # packed once for both halves, in place of the block and rows, into the space of the part's previous layer
@@ -283,7 +310,8 @@ def step(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSpec, i
     kernels.layer_step_tiles(tiles, block.shape[1], indptr, indices, data, spec.bias, spec.ymax, sent, out)
     rest = np.setdiff1d(np.arange(indptr.size - 1), sent, assume_unique=True)
     # what step_rest needs: the inputs, the columns, the layer's block (a stream has moved on to layer k + 1)
-    run.hold(spec.chunk, spec.part, PartState(k, out, masks, SplitStep(tiles, rest, (indptr, indices, data))))
+    run.hold(spec.chunk, spec.part, PartState(k, out, masks, SplitStep(tiles, rest, (indptr, indices, data)),
+                                              counts))
     return _post(run, spec, MessageTag(k + 1, spec.chunk), _pack(run, part, k + 1, out, spec.recipients,
                                                                   spec.compact))
 
@@ -297,7 +325,7 @@ def step_rest(part: list[tuple[PartLayer, Block]] | PartStreamSpec, spec: StepSp
     state = run.take(spec.chunk, spec.part, spec.k, split=True)
     split, out = state.split, state.block
     kernels.layer_step_tiles(split.tiles, out.shape[1], *split.layer, spec.bias, spec.ymax, split.rest, out)
-    return _stepped(run, part, spec, out, state.masks, send=False)
+    return _stepped(run, part, spec, out, state.masks, state.counts, send=False)
 
 
 def step_segment(part: list[tuple[PartLayer, Block]] | PartStreamSpec, specs: tuple[StepSpec, ...], images,
@@ -313,15 +341,16 @@ def step_segment(part: list[tuple[PartLayer, Block]] | PartStreamSpec, specs: tu
     return out
 
 
-def _stepped(run: InferenceRun, part, spec: StepSpec, block, masks: list, send: bool = True) -> object:
-    # after a layer: the mask of a sync layer, the block held for the next step (or returned by the last), and
-    # the messages for the next layer (send), or (an overlapped step's second half) the mask alone
+def _stepped(run: InferenceRun, part, spec: StepSpec, block, masks: list, counts: list, send: bool = True) -> object:
+    # after a layer: the mask of a sync layer, the layer's count, the block held for the next step (or returned by
+    # the last), and the messages for the next layer (send), or (an overlapped step's second half) the mask alone
+    alive = kernels.alive(block)  # (every layer, for its count: a pass over the block, ~1/64 of the layer's work)
     if spec.sync:
-        alive = kernels.alive(block)
         masks = masks + [SyncMarks(alive, column_classes(block)) if spec.compress else alive]
+    counts[-1] = dataclasses.replace(counts[-1], alive=np.packbits(alive))
     if spec.final:
-        return masks, block if spec.with_block else None
-    run.hold(spec.chunk, spec.part, PartState(spec.k, block, masks))
+        return PartEnd(masks, block if spec.with_block else None, tuple(counts))
+    run.hold(spec.chunk, spec.part, PartState(spec.k, block, masks, counts=counts))
     mask = masks[-1] if spec.sync else None
     if send:
         return _post(run, spec, MessageTag(spec.k + 1, spec.chunk),
@@ -345,9 +374,9 @@ def _sent_rows(run: InferenceRun, part, k: int) -> np.ndarray:
 
 
 def _held_block(run: InferenceRun, spec: StepSpec, k: int) -> tuple:
-    # the part's block and masks after its layer k, held by this worker's run since its previous step
+    # the part's block, masks and counts after its layer k, held by this worker's run since its previous step
     state = run.take(spec.chunk, spec.part, k)
-    return state.block, state.masks
+    return state.block, state.masks, state.counts
 
 
 def _received(run: InferenceRun, spec: StepSpec, pl: PartLayer, block, survivors: np.ndarray | None, inbox: tuple):
@@ -389,27 +418,50 @@ def first_messages(part: list[tuple[PartLayer, Block]] | PartStreamSpec, images,
 
 
 def categories(start: int, count: int, results: ResultSpec | None, finals: tuple | None, keep_activations: bool,
-               *outs: tuple) -> ChunkResult:
-    # outs: each part's last step, (its alive masks at every sync layer, its last block or None); replaying the
-    # compactions round by round gives the surviving images' indices. With keep_activations, the chunk's final
-    # activations (dense rows) come back too
+               *outs: PartEnd) -> ChunkResult:
+    # outs: each part's last step; replaying the compactions round by round gives the surviving images' indices,
+    # and which images each layer's columns were. With keep_activations, the chunk's final activations (dense
+    # rows) come back too
     ids = np.arange(start, start + count)
     alive = []
     folds = Folds()
-    rounds = list(zip(*(masks for masks, _ in outs)))
+    columns_after = [(ids, folds.weights(ids))]  # after each round: the columns' images, the images each stands for
+    rounds = list(zip(*(out.masks for out in outs)))
     for masks in rounds:
         keep, folded, into = kept_columns(list(masks))
         folds = folds.folded(ids[folded], ids[into])
         ids = ids[keep]
         alive.append(int(ids.size))
-    yt = _final_block(finals, rounds[-1], [block for _, block in outs]) if finals is not None else None
+        columns_after.append((ids, folds.weights(ids)))
+    layer_columns, layer_alive = _layer_counts(outs, columns_after)
+    yt = _final_block(finals, rounds[-1], [out.block for out in outs]) if finals is not None else None
     if folds.merged.size:  # every image of the chunk back, those folded reading their representative's column
         images, columns = folds.expand(ids)
         yt = None if yt is None else yt[:, columns]
         ids = images
     if results is not None:
         write_chunk_result(results.path, results.chunk, ids, _rows_of(yt) if results.activations else None)
-    return ChunkResult(ids, tuple(alive), dense_rows(yt, ids, start, count) if keep_activations else None)
+    return ChunkResult(ids, tuple(alive), dense_rows(yt, ids, start, count) if keep_activations else None,
+                       layer_columns, layer_alive)
+
+
+def _layer_counts(outs: tuple[PartEnd, ...], columns_after: list[tuple[np.ndarray, np.ndarray]]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    # one entry a layer: the columns the parts' steps ran over (the same on every part: they compact together),
+    # and the images alive after it: a column alive on any part's rows, counted with the images folded into it
+    columns, alive = [], []
+    for steps in zip(*(out.counts for out in outs)):
+        n = steps[0].columns
+        ids, weights = columns_after[steps[0].rounds]
+        if ids.size != n or any(s.columns != n or s.rounds != steps[0].rounds for s in steps):
+            raise RuntimeError(f"model mode's per-layer counts disagree: {n} columns after {steps[0].rounds} "
+                               f"rounds of marks, which leave {ids.size}")
+        live = np.zeros(n, dtype=bool)
+        for s in steps:
+            live |= np.unpackbits(s.alive, count=n).astype(bool)
+        columns.append(n)
+        alive.append(int(weights[live].sum()))
+    return np.array(columns, dtype=np.int64), np.array(alive, dtype=np.int64)
 
 
 def _final_block(finals: tuple, masks: tuple, blocks: list) -> np.ndarray:

@@ -77,13 +77,15 @@ class SplitStep:
 @dataclass
 class PartState:
     """A model-mode part's activations after its layer ``layer`` of one chunk, held on its worker until its next
-    step: the block (outputs x live images), the alive masks of its sync layers so far, and (an overlapped step's
-    first half) what its second half needs."""
+    step: the block (outputs x live images), the alive masks of its sync layers so far, (an overlapped step's
+    first half) what its second half needs, and what each of its steps computed, one entry a layer so far
+    (:class:`~dasknn.engine.tasks.StepCount`)."""
 
     layer: int
     block: object
     masks: list[np.ndarray]
     split: SplitStep | None = None
+    counts: list = field(default_factory=list)
 
 
 @dataclass

@@ -113,6 +113,57 @@ def test_hybrid_mode_folds_in_each_group(client4, converging_store):
     assert on.bytes_sent < off.bytes_sent
 
 
+def test_hybrid_mode_counts_what_its_groups_steps_computed(client4, slice_store):
+    # (on the real slice: its images that are equal in SciPy's order of additions are equal in the kernels')
+    r = engine.infer(slice_store, client=client4, mode="hybrid", group_size=2, partition="block", dtype="float64",
+                     chunks=4, compress=True)
+    assert (r.layer_columns, r.layer_alive) == _replayed_counts(slice_store, r, True, 2, False)
+    assert r.layer_columns[10] < r.layer_alive[9]  # layer 11 computes fewer columns than layer 10 left alive
+
+
+@pytest.mark.parametrize("options", [
+    {"partition": "block", "exchange": "tasks", "compress": True},
+    {"partition": "block", "exchange": "tasks", "compress": False},
+    {"partition": "hypergraph", "exchange": "p2p", "compress": True, "overlap": True, "sync_every": 3},
+], ids=["tasks-on", "tasks-off", "p2p-overlap-on"])
+def test_model_mode_counts_what_its_steps_computed(client, slice_store, options):
+    # per layer: the images alive after it, and the columns the parts' steps ran over (each image until the first
+    # compaction, then the images alive, or alive and distinct with compress, at the last sync layer compacted by)
+    r = engine.infer(slice_store, client=client, mode="model", dtype="float64", chunks=2, **options)
+    want = _replayed_counts(slice_store, r, options["compress"], options.get("sync_every", 2),
+                            options.get("overlap", False))
+    assert (r.layer_columns, r.layer_alive) == want
+    s = store.open_store(slice_store)
+    assert r.edges_multiplied == int(np.dot(want[0], s.layer_entries()))
+    assert r.multiplied_per_second == pytest.approx(r.edges_multiplied / r.seconds)
+
+
+def _replayed_counts(path, result, compress: bool, sync_every: int, overlap: bool) -> tuple[list[int], list[int]]:
+    # model mode's counts replayed with the SciPy reference, chunk by chunk: its sync layers (every sync_every-th
+    # and the last, compacted one layer on, two with overlap) fold the alive images and, with compress, the equal
+    # ones; a layer's columns are the chunk's images as of the last compaction at or before it
+    from dasknn import reference
+    from dasknn.engine.sizing import chunk_bounds, sync_layers
+
+    s = store.open_store(path)
+    syncs = sync_layers(s.depth, sync_every, overlap)
+    columns, alive = np.zeros(s.depth, dtype=np.int64), np.zeros(s.depth, dtype=np.int64)
+    for a, b in chunk_bounds(result.images, result.chunks):
+        y = s.inputs.rows(a, b).astype(np.float64)
+        left = b - a  # the columns the steps run over
+        for k, w in enumerate(s.iter_layers(), start=1):
+            if any(k == sync + (2 if overlap else 1) for sync in syncs):
+                left = after_sync
+            y = reference.layer_step(y, w.astype(np.float64), s.bias, s.ymax)
+            rows = y.toarray()
+            live = rows[rows.any(axis=1)]
+            columns[k - 1] += left
+            alive[k - 1] += live.shape[0]
+            if k in syncs:
+                after_sync = np.unique(live, axis=0).shape[0] if compress else live.shape[0]
+    return columns.tolist(), alive.tolist()
+
+
 def test_the_cost_model_counts_the_collapse_where_images_fold(client, converging_store):
     on, off = (engine.infer(converging_store, client=client, mode="data", explain=True, compress=c)
                for c in (True, False))
