@@ -24,6 +24,7 @@ how small a compact message of their activations is. Nothing here knows Dask; th
 from __future__ import annotations
 
 import os
+import pickle
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -74,6 +75,9 @@ KERNEL_CALLS = 3
 #: killed by its nanny.
 LOOP_LAYERS = 8
 LOOP_BYTES = 64 << 20
+#: Images of the chunk, all equal, and layers :func:`layer_seconds` times data mode's loop over.
+COLLAPSED_IMAGES = 64
+COLLAPSED_LAYERS = 32
 
 
 @dataclass
@@ -99,6 +103,14 @@ class Calibration:
     #: workers whose reads of the store add up: behind a URL, the hosts the workers run on (each host's workers
     #: share its link to the store); 0: every worker (a local store, read and decoded by each worker alike)
     readers: int = 0
+    #: per group size of model and hybrid modes: boundary entries packed and unpacked per second, and activations
+    #: marked per second after a sync layer, on that mode's blocks over a chunk's width (:func:`step_rates`);
+    #: ``message_rate`` where a size was not measured, and no marks counted
+    message_rates: dict[int, float] = field(default_factory=dict)
+    mark_rates: dict[int, float] = field(default_factory=dict)
+    #: seconds data mode's loop spends on a layer of a chunk whatever its images (reading the layer through the
+    #: cache, the loop's bookkeeping), timed on a chunk whose images are all equal (:func:`layer_seconds`)
+    layer_seconds: float = 0.0
 
     def as_dict(self, per_layer: bool = True) -> dict:
         """The calibration as plain values; without ``per_layer``, its rates alone (the lists with an entry a
@@ -157,6 +169,11 @@ class Prediction:
 #: ``fast`` (BENCHMARKS.md, issue 16); ``hypergraph-layered`` adds two sweeps of about the forward pass each.
 PARTITION_RATES = {"hypergraph": 1.4e-7, "hypergraph-shared": 5.2e-7, "hypergraph-layered": 1.6e-6, "fast": 5.2e-9,
                    "fast-segments": 1.3e-8, "block": 1e-9, "random": 1e-9}
+#: Seconds a layer of one chunk waits in model mode's p2p exchange beyond its messages (the step's task waking, the
+#: event loop writing and reading): fitted on this project's 2-core VM, 2026-12-06, to the real n1024-l120 with 64
+#: images (nothing to compute), 120 layers in 0.16-0.21 s at K = 2 and 0.38-0.41 s at K = 4 (BENCHMARKS.md, issue
+#: 42 item 10), with :data:`~dasknn.runtime.exchange.choice.P2P_MESSAGE_SECONDS` per message sent and read.
+P2P_STEP_SECONDS = 3e-4
 #: Seconds per layer entry of making a part plan: 191.5 s for generated 65,536 x 480 (1.0e9 entries) written
 #: by 2 workers (BENCHMARKS.md, out of core), i.e. about 3.8e-7 per entry on one process.
 PLAN_RATE = 3.8e-7
@@ -379,18 +396,109 @@ def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None,
         call = lambda: kernels.layer_step(yt, *block, store.bias, store.ymax, extra=extra)  # noqa: E731
     # one whole call untimed first: it loads the machine code, and touches the memory its outputs and the
     # thread's tile buffers take for the first time (page faults that made a fresh worker's first timing up to
-    # 6 times slower than its next on a 65,536-wide layer), as the run's second and later calls do not
-    call()
+    # 6 times slower than its next on a 65,536-wide layer), as the run's second and later calls do not; then
     # the median call of at least KERNEL_CALLS: on a shared machine one call in a few ran at a third of the rate
     # of the others (two workers timing 65,536-wide loops at once), and a run of hundreds of layers averages
     # such pauses away
+    return macs / _median_call(call, seconds)
+
+
+def layer_seconds(path: str, k: int, dtype: str, width: int = COLLAPSED_IMAGES, seconds: float = KERNEL_SECONDS / 2,
+                  layers: int = COLLAPSED_LAYERS) -> float:
+    """Seconds data mode's loop spends on one layer of a chunk of ``width`` images that are all equal (as most of a
+    chunk is after the first dozen layers of the challenge's networks): read from the cache, looked at, folded, the
+    one vector left computed. ``layers`` layers from ``k`` (as many as :func:`kernel_rate`'s loop holds, over
+    again), the median of at least :data:`KERNEL_CALLS` calls after an untimed one.
+
+    A chunk pays it on every layer whatever its images: on the real n1024-l120 a 2,500-image chunk took 22-45 ms
+    for layers 7-120, where its images' multiply-adds alone come to a few; counting the kernel's tiles a chunk
+    still used instead charged it 200 ms."""
+    from .kernels.folds import Folds
+
+    store = open_store(path, check="lazy")
+    dt = np.dtype(dtype)
+    held = [_layer_arrays(store, j, dt) for j in range(k, min(store.depth, k + _loop_layers(
+        probe_layer_bytes(store, dt.itemsize)) - 1) + 1)]
+    cycle = [held[i % len(held)] for i in range(layers)]
+    # one vector, a quarter of it nonzero, repeated: it lives on through the layers (a dead chunk stops early)
+    yt = np.repeat(_varied(np.random.default_rng(k), (store.neurons, 1), dt, store.ymax), width, axis=1)
+    call = lambda: kernels.run_layers(yt.copy(), cycle, store.bias, store.ymax, np.arange(width),  # noqa: E731
+                                      folds=Folds())
+    return _median_call(call, seconds) / layers
+
+
+@dataclass(frozen=True)
+class StepRates:
+    """Rates of one part's model-mode step, timed on its own block over a chunk's width (:func:`step_rates`)."""
+
+    kernel: float  # multiply-adds per second of the fused kernel on the part's block, its received rows beside it
+    message: float  # boundary entries per second packed (the rows it sends) and unpacked (the rows it receives)
+    marks: float  # activations per second marked after a sync layer (which images live, which are equal)
+
+
+def step_rates(path: str, k: int, dtype: str, owners: np.ndarray, part: int, width: int,
+               seconds: float = KERNEL_SECONDS) -> StepRates:
+    """What part ``part``'s step of layer ``k`` costs in model mode, per unit, over ``width`` images: its kernel
+    (into an output reused from call to call, as the run's steps reuse their space), its messages packed and
+    unpacked, and the marks of a sync layer (alive images, equal columns), each the median of at least
+    :data:`KERNEL_CALLS` timed calls after an untimed one. ``owners`` holds rows ``k - 1`` and ``k`` of an owners
+    array. The width is capped as :func:`kernel_rate` caps it (a call of :data:`KERNEL_CALL` multiply-adds at most,
+    one of the kernel's tiles at least).
+
+    Timed at the width a chunk computes, not over one tile: on the real n1024-l120 at K = 2 the step's kernel ran at
+    about a third of its one-tile rate over 15,000-20,000 images, and packing, unpacking and marking the images
+    took as long again as the kernel, none of which a narrow sample shows.
+    """
+    store = open_store(path, check="lazy")
+    dt = np.dtype(dtype)
+    pl = plan_layer(store.layer(k), owners[0], owners[1], max(int(owners.max()), part) + 1)[part]
+    rows = int((owners[0] == part).sum())
+    indptr, indices, data = local_block(store.layer(k), pl, rows)
+    extra_rows = received_rows(pl)
+    tile = kernels.tile_for(rows + extra_rows, dt.itemsize)
+    width = int(max(1, min(width, max(tile, KERNEL_CALL // max(1, indices.size)))))
+    # a quarter of the activations nonzero, of varied values, as a real network's are after its first layers: the
+    # messages' compact form of values all at the clamp is a bitmap, packed 2.7 times faster than the real
+    # network's layer-5 activations (n1024-l120, 27 % nonzero) are
+    yt, extra = (_varied(np.random.default_rng(k + n), (n, width), dt, store.ymax) for n in (rows, extra_rows))
+    out = np.empty((indptr.size - 1, width), dtype=dt)
+    sent = np.concatenate([np.asarray(r) for r in pl.send.values()] or [np.zeros(0, np.int64)])
+    sent = sent if sent.size else np.arange(min(rows, 64))  # (a part that sends nothing: any rows, for a rate)
+    received = np.empty((sent.size, width), dtype=dt)
+
+    def messages():
+        # packed, encoded to send, decoded on arrival, unpacked: what the p2p exchange does to every message
+        message = pickle.loads(pickle.dumps(kernels.pack_rows(yt, sent, None, True), pickle.HIGHEST_PROTOCOL))
+        kernels.unpack_rows(message, received[:sent.size])
+
+    def marks():
+        kernels.alive(out)
+        column_classes(out)
+
+    step = lambda: kernels.layer_step(yt, indptr, indices, data.astype(dt), store.bias, store.ymax,  # noqa: E731
+                                      extra=extra, out=out)
+    return StepRates(kernel=float(indices.size) * width / _median_call(step, seconds),
+                     message=float(sent.size) * width / _median_call(messages, seconds / 2),
+                     marks=float(out.size) / _median_call(marks, seconds / 2))
+
+
+def _varied(rng, shape: tuple[int, int], dt: np.dtype, ymax: float) -> np.ndarray:
+    # random activations: a quarter nonzero, uniform in (0, ymax] (drawn in float32: the largest temporary)
+    values = rng.random(shape, dtype=np.float32)
+    return np.where(values < 0.25, np.float32(ymax) * (1 - 4 * values), 0).astype(dt)
+
+
+def _median_call(call, seconds: float) -> float:
+    # the median seconds of at least KERNEL_CALLS calls of ``call`` (and ``seconds`` of them) after an untimed one
+    # (see kernel_rate)
+    call()
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < KERNEL_CALLS or time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
         call()
         times.append(time.perf_counter() - t0)
-    return macs / max(float(np.median(times)), 1e-12)
+    return max(float(np.median(times)), 1e-12)
 
 
 def _layer_arrays(store, k: int, dt: np.dtype) -> tuple:
@@ -419,17 +527,6 @@ def read_seconds(cal: Calibration, total_bytes: float, workers: int) -> float:
     return float(total_bytes) / (cal.read_rate * max(1, readers))
 
 
-def tiles_in_use(alive: np.ndarray, chunk_images: float, tile: int) -> np.ndarray:
-    """Per layer, the share of a chunk's tiles (of ``tile`` images) still holding a live image when the layer runs,
-    where ``alive`` is the share of its images alive then (the survivors are gathered into as few tiles as hold
-    them). Data mode's loop is timed on tiles whose images all live (:func:`kernel_rate`), and a tile costs about
-    as much part-empty as full: measured on 250 images through a generated 16,384 x 120 network, 40 % of them
-    dying, 3.7e9 multiply-adds/s counted by live images against 4.8e9 with none dying."""
-    n = max(1.0, float(chunk_images))
-    full = np.ceil(n / tile)
-    return np.ceil(np.asarray(alive, dtype=float) * n / tile - 1e-9) / full
-
-
 def _per_layer(values: list[float], depth: int) -> np.ndarray:
     out = np.asarray(values + [values[-1] if values else 1.0] * (depth - len(values)), dtype=float)[:depth]
     return out
@@ -454,7 +551,7 @@ def predict(
     setup: float = 0.0,
     volumes_from: str = "",
     transport: str = "tasks",
-    tile: int = 0,
+    neurons: int = 0,
 ) -> Prediction:
     """Predicted seconds of a run with groups of ``group_size`` workers (1: data mode).
 
@@ -472,13 +569,13 @@ def predict(
         Model and hybrid modes: seconds of one-time setup this run pays first (:func:`setup_seconds`), added.
     volumes_from
         Where ``volumes`` came from, recorded in the prediction (see :class:`Prediction`).
-    tile
-        Data mode: the images of one of the kernel's tiles (:func:`~dasknn.kernels.tile_for`), so that the tiles
-        left part-empty as images die are counted (:func:`tiles_in_use`); 0: the live images alone.
     transport
         Model and hybrid modes: how the messages travel: ``"tasks"`` (a task per part and layer, and picks) or
         ``"p2p"`` (a task per part and chunk, and a message per pair and layer sent by the workers themselves,
         :data:`~dasknn.runtime.exchange.choice.P2P_MESSAGE_SECONDS` each).
+    neurons
+        Model and hybrid modes: the network's width, for the marks made after each sync layer over every part's
+        rows (at :attr:`Calibration.mark_rates`); 0: not counted.
     """
     depth = layer_nnz.size
     alive = computed_per_layer(cal, depth)  # (where images fold, only the distinct ones are computed and sent)
@@ -492,10 +589,10 @@ def predict(
     per_thread = threads / workers
     # the same multiply-adds in every mode, spread over the threads that have chunks to run
     busy_threads = min(threads, chunks * g * per_thread) if g > 1 else min(threads, chunks)
-    # data mode's rate is its loop's on full tiles: what it pays is the tiles in use, not the live images
-    used = tiles_in_use(alive, images / max(1, chunks), tile) if g == 1 and tile else alive
-    macs = images * float(np.dot(used, layer_nnz))
+    macs = images * float(np.dot(alive, layer_nnz))
     compute = macs / (cal.kernel_rates.get(g, cal.kernel_rate) * busy_threads)
+    if g == 1:
+        compute += chunks * depth * cal.layer_seconds / busy_threads  # the loop's cost a layer, whatever is left
     exchange = read = load = 0.0
     if not resident:
         # each chunk reads the whole network once (data mode), or each part its share of it (model mode): the
@@ -513,7 +610,11 @@ def predict(
     else:
         vol = np.asarray(volumes, dtype=float)
         entries = images * float(np.dot(alive, vol))  # boundary entries crossing, all groups together
-        pack = entries / (cal.message_rate * busy_threads)
+        pack = entries / (cal.message_rates.get(g, cal.message_rate) * busy_threads)
+        if neurons and g in cal.mark_rates:
+            # after each sync layer every part marks its rows of the images it computed: which live, which are equal
+            marked = images * neurons * float(alive[sync_every - 1::sync_every].sum())
+            pack += marked / (cal.mark_rates[g] * busy_threads)
         moved = entries * itemsize * float(np.dot(alive * vol, factor) / max(np.dot(alive, vol), 1e-12))
         exchange = pack + moved / (cal.transfer_rate * workers)
         # a step per part and layer packs its own messages; with more than one recipient (g > 2) each gets its
@@ -522,8 +623,11 @@ def predict(
         if transport == "p2p":
             tasks = chunks * (2.0 * g + 1)  # a first send and a segment of every layer per part, the categories
             # (no volumes: the exchange is not estimated, and stays a lower bound of 0)
-            messages = chunks * depth * (pairs + g * (g - 1) / sync_every) if vol.any() else 0.0
-            exchange += messages * P2P_MESSAGE_SECONDS / workers  # sent and read by every worker at once
+            # each layer of a chunk waits for its messages: a part's thread runs its chunks' layers one after
+            # another, each sending and reading its messages (and after a sync layer its masks) in turn
+            per_part = pairs / g + (g - 1) / sync_every
+            rounds = np.ceil(chunks / max(1, workers // g) / max(1.0, per_thread))
+            exchange += rounds * depth * p2p_layer_seconds(per_part) if vol.any() else 0.0
         else:
             picks = 0.0 if g <= 2 else pairs + g * (g - 1) / sync_every
             tasks = chunks * depth * (g + picks)
@@ -533,6 +637,13 @@ def predict(
                       seconds=seconds, compute=compute, exchange=exchange, tasks=task_time, read=read,
                       setup_seconds=float(setup), volumes_from=volumes_from if g > 1 else "",
                       transport=transport if g > 1 else "", load_seconds=float(load))
+
+
+def p2p_layer_seconds(messages: float) -> float:
+    """Seconds one layer of a chunk waits in model mode's p2p exchange beyond its work, where each part sends and
+    reads ``messages`` messages a layer: :data:`P2P_STEP_SECONDS` and
+    :data:`~dasknn.runtime.exchange.choice.P2P_MESSAGE_SECONDS` for each message sent and each read."""
+    return P2P_STEP_SECONDS + 2.0 * messages * P2P_MESSAGE_SECONDS
 
 
 def alive_per_layer(cal: Calibration, depth: int) -> np.ndarray:
@@ -558,15 +669,16 @@ def computed_per_layer(cal: Calibration, depth: int) -> np.ndarray:
 def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, weight_bytes: float, memory: float,
                      workers: int, threads: int, chunks: int, stages: int, neurons: int, itemsize: int,
                      weights_share: float, resident: bool | None = None,
-                     memory_limits: list[float] | None = None, tile: int = 0) -> Prediction:
+                     memory_limits: list[float] | None = None) -> Prediction:
     """Predicted seconds of pipeline mode: ``workers / stages`` pipelines of ``stages`` workers, each holding the
     consecutive layers :func:`~dasknn.stages.place_stages` gives it (``memory_limits``: each worker's, where they
     differ; else ``memory`` each), or streaming the layers of the cut by work alone (``resident`` False; None:
     resident where the stages fit).
 
-    Each chunk runs each stage's layers with data mode's loop (its rate); a pipeline runs its chunks one stage
-    time of its slowest stage apart, and the first chunk takes ``stages - 1`` more to fill it (as the last to
-    drain it). The activations of the images alive at each stage boundary (dense, ``neurons`` x images) cross to
+    Each chunk runs each stage's layers with data mode's loop (its rate, and its cost a layer); a pipeline runs its
+    chunks one stage time of its slowest stage apart, and the first chunk takes ``stages - 1`` more to fill it (as
+    the last to drain it), unless the workers' cores are fewer than the stages' threads: then every stage's work
+    shares them. The activations of the images alive at each stage boundary (dense, ``neurons`` x images) cross to
     the next worker. A worker must hold its stage's weights: the largest stage's share of ``weight_bytes``.
     """
     depth = layer_nnz.size
@@ -584,15 +696,18 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     per_thread = max(1.0, threads / workers)
     rate = cal.kernel_rates.get(1, cal.kernel_rate)
     chunk_images = images / max(1, chunks)
-    # each stage's seconds on one chunk, and each stage's share of the weights
-    used = tiles_in_use(alive, chunk_images, tile) if tile else alive  # (the loop's rate is on full tiles)
-    stage_seconds = [chunk_images * float(np.dot(used[s.first - 1:s.last], nnz[s.first - 1:s.last])) / rate
-                     for s in cuts]
+    # each stage's seconds on one chunk (at the rate of every worker running at once), and its share of the weights
+    stage_seconds = [chunk_images * float(np.dot(alive[s.first - 1:s.last], nnz[s.first - 1:s.last])) / rate
+                     + (s.last - s.first + 1) * cal.layer_seconds for s in cuts]
     stage_share = max(float(nnz[s.first - 1:s.last].sum()) for s in cuts) / max(1.0, float(nnz.sum()))
     largest = weight_bytes * stage_share
     per_pipeline = -(-chunks // pipelines)
-    slowest = max(stage_seconds)
-    compute = slowest * (per_pipeline / per_thread + stages - 1)
+    # more stage threads than cores (4 stages on 2 cores): a stage alone, as in the fill and drain, runs faster
+    # than at the rate timed with every worker running, and the stages' work together is what the cores do
+    shared = 1.0 if not cal.cores else max(1.0, threads / cal.cores)
+    slowest = max(stage_seconds) / shared
+    compute = max(slowest * (per_pipeline / per_thread + stages - 1),
+                  sum(stage_seconds) * per_pipeline / (stages * per_thread))
     # the images alive after each stage but the last (alive[last] is the share entering the next layer)
     crossing = sum(float(alive[s.last]) for s in cuts[:-1])
     sent = images * neurons * itemsize * crossing

@@ -62,10 +62,40 @@ def test_p2p_trades_the_tasks_for_messages_sent_by_the_workers():
     # a first send and a segment per part, and the categories, per chunk; not a task per layer
     assert p2p.tasks == pytest.approx(4 * (2 * 4 + 1) * 1e-3 / 4)
     pairs = 2 / 3 * 4 * 3
-    messages = 4 * 3 * (pairs + 4 * 3 / 2)  # per chunk and layer: the pairs that send, and the masks
-    assert p2p.exchange - tasks.exchange == pytest.approx(messages * P2P_MESSAGE_SECONDS / 4)
+    per_part = pairs / 4 + 3 / 2  # a part's messages a layer: to the parts it sends to, and the masks
+    # every layer of each chunk waits for its messages in turn: 4 chunks on the one group's single-threaded workers
+    layer = cost.P2P_STEP_SECONDS + 2 * per_part * P2P_MESSAGE_SECONDS
+    assert cost.p2p_layer_seconds(per_part) == pytest.approx(layer)
+    assert p2p.exchange - tasks.exchange == pytest.approx(4 * 3 * layer)
+    # two groups of two, each with two threads a worker: a part's thread runs one of its group's 4 chunks in turn
+    hybrid = _predict(_cal(), 2, workers=4, threads=8, transport="p2p")
+    plain = _predict(_cal(), 2, workers=4, threads=8, transport="tasks")
+    per_part = 2 / 3 * 2 / 2 + 1 / 2
+    assert hybrid.exchange - plain.exchange == pytest.approx(1 * 3 * cost.p2p_layer_seconds(per_part))
     assert p2p.tasks < tasks.tasks
     assert _predict(_cal(), 1, transport="p2p").transport == ""  # data mode exchanges nothing
+
+
+def test_model_mode_counts_its_steps_at_the_rates_timed_on_its_blocks():
+    # the messages at the rate timed on this mode's blocks (packed, encoded, decoded, unpacked), and after each sync
+    # layer every part's rows of the images it computed marked
+    plain = _predict(_cal(), 2, neurons=50)
+    timed = _predict(_cal(message_rates={2: 5e7}, mark_rates={2: 1e8}), 2, neurons=50)
+    entries = 1000 * (100 * 1.0 + 100 * 1.0)
+    marked = 1000 * 50 * 1.0  # layer 2 is the sync layer; it runs layer 1's images (all of them)
+    assert timed.exchange - plain.exchange == pytest.approx(entries / (5e7 * 2) - entries / (1e8 * 2)
+                                                            + marked / (1e8 * 2))
+    # a size not timed: the probe's message rate, and no marks
+    assert _predict(_cal(message_rates={4: 5e7}, mark_rates={4: 1e8}), 2, neurons=50).exchange == plain.exchange
+
+
+def test_step_rates_time_a_parts_step_at_a_chunks_width(slice_store):
+    # any owners: the rates of part 1's block of layer 5 under a random partition of the slice
+    store = cost.open_store(str(slice_store), check="lazy")
+    owners = np.random.default_rng(0).integers(0, 2, size=(store.depth + 1, store.neurons))
+    rates = cost.step_rates(str(slice_store), 5, "float32", owners[4:6], 1, width=300, seconds=0.02)
+    assert rates.kernel > 0 and rates.message > 0 and rates.marks > 0
+    assert all(np.isfinite([rates.kernel, rates.message, rates.marks]))
 
 
 def test_what_does_not_fit_is_not_chosen():
@@ -319,9 +349,10 @@ def test_an_array_equal_to_a_kept_partition_gives_its_reports_volumes(fresh_stor
 
 
 @pytest.mark.cluster
-def test_model_modes_kernel_is_timed_over_the_images_a_chunk_computes(client, fresh_store, monkeypatch):
-    # a step over many of the kernel's tiles runs at a fraction of one tile's rate: model mode's rate is timed over
-    # a chunk's images (those it computes: alive, or distinct), not over one tile
+def test_model_modes_step_is_timed_over_the_images_a_chunk_computes(client, fresh_store, monkeypatch):
+    # a step over many of the kernel's tiles runs at a fraction of one tile's rate: model mode's step is timed over
+    # a chunk's images where its multiply-adds are (each synced layer's computed images, alive or distinct,
+    # weighted by its multiply-adds), not over one tile, and its rates are those the prediction uses
     from dasknn import partition, store
     from dasknn.engine import sizing
 
@@ -330,18 +361,20 @@ def test_model_modes_kernel_is_timed_over_the_images_a_chunk_computes(client, fr
                          partition.partition_network(s.network().layers, 2, "block"), {})
     _no_partitioning(monkeypatch)
     timed = []
-    real = sizing._kernel_rate
+    real = sizing._step_rates
 
-    def spy(client, workers, path, dtype, k, owners, loop=False, memory=None, width=None):
-        timed.append((owners is not None, width))
-        return real(client, workers, path, dtype, k, owners, loop=loop, memory=memory, width=width)
+    def spy(client, workers, path, dtype, k, owners, width):
+        timed.append(width)
+        return real(client, workers, path, dtype, k, owners, width)
 
-    monkeypatch.setattr(sizing, "_kernel_rate", spy)
+    monkeypatch.setattr(sizing, "_step_rates", spy)
     result = engine.infer(fresh_store, client=client, mode="model", explain=True, images=600, chunks=2)
     nnz = s.layer_entries()
-    computed = cost.computed_per_layer(result.calibration, s.depth)
-    want = round(600 / 2 * float(np.dot(computed, nnz) / nnz.sum()))
-    assert [width for of_parts, width in timed if of_parts] == [want] and 16 < want < 300
+    computed = cost.computed_per_layer(result.calibration, s.depth)[cost.synced_layers(s.depth, 2)] * nnz
+    want = round(600 / 2 * float(np.dot(computed, computed / nnz) / computed.sum()))
+    assert timed == [want] and 16 < want <= 300
+    cal = result.calibration
+    assert set(cal.kernel_rates) == {1, 2} and set(cal.message_rates) == set(cal.mark_rates) == {2}
 
 
 def test_a_partition_that_does_not_match_the_network_is_refused(fresh_store):
@@ -492,19 +525,21 @@ def test_the_probe_carries_a_few_images_through_the_layers_past_its_budget(slice
     assert all(d <= a + 1e-12 for d, a in zip(tail["distinct"], tail["alive"]))
 
 
-def test_tiles_in_use_count_a_part_empty_tile_as_a_full_one():
-    # 250 images in tiles of 128: two tiles while more than 128 live, one below, none when all died
-    used = cost.tiles_in_use(np.array([1.0, 0.9, 0.6, 0.5, 0.2, 0.0]), 250, 128)
-    np.testing.assert_allclose(used, [1, 1, 1, 0.5, 0.5, 0])
-    np.testing.assert_allclose(cost.tiles_in_use(np.array([1.0, 0.75]), 1024, 256), [1, 0.75])  # exact multiples
+def test_data_mode_pays_its_loops_cost_a_layer_on_every_chunk():
+    # the live images' multiply-adds, and on each of the 4 chunks' 3 layers the loop's own cost, over the 2 threads
+    cal = _cal(alive=[1.0, 0.6, 0.6])
+    plain, paid = _predict(cal, 1), _predict(_cal(alive=[1.0, 0.6, 0.6], layer_seconds=1e-3), 1)
+    assert plain.compute == pytest.approx(1000 * 1000 * 2.2 / (1e9 * 2))
+    assert paid.compute - plain.compute == pytest.approx(4 * 3 * 1e-3 / 2)
+    # model mode's steps are timed as they run (their rates): no loop a layer
+    assert _predict(_cal(layer_seconds=1e-3), 2).compute == pytest.approx(_predict(_cal(), 2).compute)
 
 
-def test_data_mode_pays_for_the_tiles_its_dying_images_leave_in_use():
-    cal = _cal(alive=[1.0, 0.6, 0.6])  # 250-image chunks: 150 live images still fill two tiles of 128
-    by_images, by_tiles = _predict(cal, 1), _predict(cal, 1, tile=128)
-    assert by_tiles.compute == pytest.approx(by_images.compute * 3 / 2.2)  # (1 + 0.6 + 0.6) of 3 layers' work
-    assert _predict(cal, 1, tile=32).compute < by_tiles.compute  # narrower tiles: 150 images in 5 of 8
-    assert _predict(cal, 2, tile=128).compute == pytest.approx(_predict(cal, 2).compute)  # model mode: its steps'
+def test_layer_seconds_times_the_loop_on_a_chunk_of_equal_images(slice_store):
+    one = cost.layer_seconds(str(slice_store), 3, "float32", seconds=0.02, layers=8)
+    assert 0 < one < 0.1
+    # the loop folds the equal images: a chunk of 64 costs about what a chunk of 1 does, not 64 times it
+    assert cost.layer_seconds(str(slice_store), 3, "float32", width=1, seconds=0.02, layers=8) > one / 8
 
 
 def test_loop_bytes_counts_the_layers_and_the_activations_tiles():

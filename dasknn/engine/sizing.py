@@ -232,15 +232,21 @@ def _calibrate(client, workers: list[str], threads: int, store, path: str, in_pa
     return figures
 
 
-def _kernel_rate(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray | None,
-                 loop: bool = False, memory: float | None = None, width: int | None = None) -> float:
-    # ``workers`` at once, each on the block its mode gives it (model mode: its part, its place in its group;
-    # data mode: its loop over layers, with ``loop``, over a chunk's ``width`` images)
-    from ..cost import kernel_rate
+def _step_rates(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray, width: int):
+    # model mode's step rates (cost.step_rates), every worker timing its place in its group at once; the mean
+    from ..cost import StepRates, step_rates
 
-    g = 1 if owners is None else int(owners.max()) + 1
-    futures = [client.submit(kernel_rate, path, k, dtype, owners, i % g, width=width, loop=loop, memory=memory,
-                             workers=[w], allow_other_workers=False, pure=False) for i, w in enumerate(workers)]
+    g = int(owners.max()) + 1
+    futures = [client.submit(step_rates, path, k, dtype, owners, i % g, width, workers=[w],
+                             allow_other_workers=False, pure=False) for i, w in enumerate(workers)]
+    timed = gather_watched(client, futures, workers)
+    return StepRates(*(float(np.mean([getattr(r, f) for r in timed])) for f in ("kernel", "message", "marks")))
+
+
+def _on_every_worker(client, workers: list[str], timing: Callable[..., float], *args, **kwargs) -> float:
+    # ``timing(*args, **kwargs)`` on every worker at once (as they run a mode's tasks together); the mean
+    futures = [client.submit(timing, *args, **kwargs, workers=[w], allow_other_workers=False, pure=False)
+               for w in workers]
     return float(np.mean(gather_watched(client, futures, workers)))
 
 
@@ -275,7 +281,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     :func:`~dasknn.runtime.exchange.choice.choose_exchange` decides). With ``compress`` every mode computes only the
     distinct vectors among the alive images (the probe counts them); without, every alive image.
     """
-    from ..cost import Calibration, computed_per_layer, predict
+    from ..cost import Calibration, computed_per_layer, kernel_rate, layer_seconds, predict, synced_layers
 
     cal = Calibration(**_calibrate(client, workers, threads, store, path, in_path, images, dtype))
     if not compress:
@@ -294,7 +300,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
                                 workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
                                 volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE,
                                 sync_every=sync_every, resident=res, setup=setup, volumes_from=source,
-                                transport=t, tile=tile_for(store.neurons, itemsize))
+                                transport=t, neurons=store.neurons)
                         for t in (transports if g > 1 else ["tasks"])),
                        key=lambda p: p.seconds)
 
@@ -303,20 +309,24 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
             # loop's layers and tiles within half a worker's memory, beside what the worker holds itself). Timed
             # as it runs, not as a ratio to the probe's steps: on 65,536-wide layers the ratio multiplied three
             # timings' noise and predicted data mode 16 % to 65 % slow, this 18 % fast to 2 % slow
-            cal.kernel_rates[1] = _kernel_rate(client, workers, path, dtype, middle, None, loop=True,
-                                               memory=memory / 2, width=-(-images // max(1, n_chunks)))
+            cal.kernel_rates[1] = _on_every_worker(client, workers, kernel_rate, path, middle, dtype, loop=True,
+                                                   memory=memory / 2, width=-(-images // max(1, n_chunks)))
+            cal.layer_seconds = _on_every_worker(client, workers, layer_seconds, path, middle, dtype)
             return model()
         volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res, data,
                                                             memory)
         if window is None:  # the setup alone costs more than data mode: a lower bound, nothing computed
             return model(volumes, setup, source)
         # the step on this mode's blocks, every worker running it at once, over as many images as a chunk
-        # computes (its alive, or distinct, images on average): a step over many of the kernel's tiles ran at a
-        # quarter of the rate of one tile's (the real network's part at K = 2: 3.3e9 multiply-adds a second over
-        # 5,077 images against 1.4e10 over 352, in one process)
-        computed = float(np.dot(computed_per_layer(cal, store.depth), nnz) / max(1, nnz.sum()))
-        width = max(1, int(round(images / max(1, min(n_chunks, images)) * computed)))
-        cal.kernel_rates[g] = _kernel_rate(client, workers, path, dtype, middle, window, width=width)
+        # computes where its multiply-adds are (each layer's width weighted by its multiply-adds): a step over
+        # many of the kernel's tiles ran at a quarter of the rate of one tile's (the real network's part at K = 2:
+        # 3.3e9 multiply-adds a second over 5,077 images against 1.4e10 over 352, in one process), and the first
+        # layers, 15,000-20,000 images wide in a 20,000-image chunk, hold most of them
+        computed = computed_per_layer(cal, store.depth)[synced_layers(store.depth, sync_every)] * nnz
+        weighted = float(np.dot(computed, computed / np.maximum(nnz, 1)) / max(computed.sum(), 1e-12))
+        width = max(1, int(round(images / max(1, min(n_chunks, images)) * weighted)))
+        rates = _step_rates(client, workers, path, dtype, middle, window, width)
+        cal.kernel_rates[g], cal.message_rates[g], cal.mark_rates[g] = rates.kernel, rates.message, rates.marks
         return model(volumes, setup, source)
 
     out = [one(1)]
@@ -347,8 +357,7 @@ def pipeline_prediction(cal, store, images: int, threads: int, workers: int, k: 
     return predict_pipeline(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
                             workers=workers, threads=threads, chunks=min(n_chunks, images), stages=k,
                             neurons=store.neurons, itemsize=np.dtype(dtype).itemsize, weights_share=WEIGHTS_SHARE,
-                            resident=resident, memory_limits=memory_limits,  # (None: resident where it fits)
-                            tile=tile_for(store.neurons, np.dtype(dtype).itemsize))
+                            resident=resident, memory_limits=memory_limits)  # (None: resident where it fits)
 
 
 def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,

@@ -273,8 +273,15 @@ def test_pipeline_prediction_fill_drain_boundary_and_memory():
     # images dead after the first layers: the later layers are cheaper, and the cut follows the work
     lighter = _predict(_cal(alive=[1.0, 0.5, 0.25, 0.25]))
     assert lighter.compute < p.compute
-    # ... unless the survivors still fill the chunk's tiles: 125 of 250 images in tiles of 128 fill one of two
-    assert _predict(_cal(alive=[1.0, 0.5, 0.5, 0.5]), tile=128).compute == pytest.approx(p.compute * 0.75)
+    # the loop's cost a layer, on every chunk: a stage's 2 layers, 5 stage times
+    assert _predict(_cal(layer_seconds=1e-4)).compute == pytest.approx((5e-4 + 2e-4) * (4 + 1))
+    # 4 stages' threads on 2 cores: a stage alone (the fill, the drain) runs at twice the rate timed with every
+    # worker running; the stages' work together is what the cores do (4 stages of 1 layer, 125-image chunks:
+    # 1.25e-4 s a chunk each): the cores' share, 8 chunks of all 4 stages on 4 threads, is the larger here
+    shared = _predict(_cal(cores=2), workers=4, threads=4, stages=4, chunks=8)
+    assert shared.compute == pytest.approx(max(1.25e-4 / 2 * (8 + 3), 4 * 1.25e-4 * 8 / 4))
+    one_core_each = _predict(_cal(cores=4), workers=4, threads=4, stages=4, chunks=8)
+    assert one_core_each.compute == pytest.approx(1.25e-4 * (8 + 3))
     # the largest stage (half the weights) must fit a quarter of the memory
     assert not _predict(_cal(), memory=4 * 24_000 - 1, resident=True).fits
     assert _predict(_cal(), memory=4 * 24_000).fits
