@@ -77,7 +77,7 @@ LOOP_LAYERS = 8
 LOOP_BYTES = 64 << 20
 #: Images of the chunk, all equal, and layers :func:`layer_seconds` times data mode's loop over.
 COLLAPSED_IMAGES = 64
-COLLAPSED_LAYERS = 32
+COLLAPSED_LAYERS = LOOP_LAYERS
 
 
 @dataclass
