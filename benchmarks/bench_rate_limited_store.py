@@ -141,10 +141,24 @@ def run_mode(client, link, url: str, mode: str, owners: np.ndarray, plan_url: st
     if mode == "auto":
         predicted = ", ".join(f"{p.mode} {p.seconds:.1f} s" for p in r.predictions)
         note = f"auto chose {r.mode}" + (f" (predicted: {predicted})" if predicted else f" ({r.probe_skipped})")
+        print(explained(r), flush=True)
     elif r.stages:
         note = "stages " + " ".join(f"{a}-{b}" for a, b in r.stages)
     return Row(mode, r.mode, r.seconds, r.load_seconds, wall, link.bytes_in() - before, r.bytes_read, r.categories,
                None if truth is None else bool(np.array_equal(r.categories, truth)), note)
+
+
+def explained(result) -> str:
+    """What auto's predictions are made of (seconds), and the calibration's rates they came from."""
+    lines = [f"  {p.mode} (K = {p.group_size}, {'resident' if p.resident else 'streamed'}): {p.seconds:.1f} s; "
+             f"compute {p.compute:.1f}, read {p.read:.1f}, load {p.load_seconds:.1f}, exchange {p.exchange:.1f}, "
+             f"tasks {p.tasks:.1f}, setup {p.setup_seconds:.1f}" for p in result.predictions]
+    cal = result.calibration
+    if cal is not None:
+        rates = ", ".join(f"K = {g}: {r:.3g}" for g, r in sorted(cal.kernel_rates.items()))
+        lines.append(f"  calibration: read {cal.read_rate / 1e6:.1f} MB/s (decoded, a worker; readers "
+                     f"{cal.readers}), kernel {cal.kernel_rate:.3g} multiply-adds/s ({rates}), cores {cal.cores}")
+    return "auto's predictions:\n" + "\n".join(lines)
 
 
 def table(rows: list[Row]) -> str:
