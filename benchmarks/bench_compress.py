@@ -11,7 +11,10 @@ first run of each, which loads and compiles, is dropped from nothing: the engine
 in the untimed load phase); each row gives the best inference seconds, the challenge's nominal edges/s (images x
 all edges / seconds), the edges the kernels multiplied per second, the columns computed against the alive images
 summed over the layers, the categories' agreement between the two settings and with the stored truth, and the
-speed-up (off / on).
+speed-up (off / on). Beside the wall seconds, each run's CPU seconds of the worker processes (user + system, read
+in each worker before and after the run: the load and the inference together), steadier than wall on a machine
+others share; a last line per store and mode gives the on/off ratios of the medians of both and of the least
+CPU seconds (the round least disturbed by other processes), and the workers' page faults.
 
 ``--random-weights MEAN:STD`` runs, instead of each STORE, a copy of it (in a temporary folder) whose weights are
 drawn from a normal distribution, the wiring, bias and images kept: with ``0.04:0.3`` on the real n1024-l120 the
@@ -51,18 +54,21 @@ def main() -> None:
 
     print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {os.cpu_count()} cores, "
           f"load {os.getloadavg()[0]:.2f}, {args.workers} workers, {args.dtype}")
-    print("store | mode | compress | seconds (best) | nominal edges/s | multiplied edges/s | columns / alive | "
-          "categories | speed-up")
+    print("store | mode | compress | seconds (best) | worker CPU s (median) | nominal edges/s | multiplied edges/s | "
+          "columns / alive | categories | speed-up")
     with local_client(workers=args.workers, threads_per_worker=1) as client:
         for path in args.stores:
             s = store.open_store(path)
             truth = s.inputs.truth(args.dtype) if s.inputs is not None else None
             for mode in args.modes.split(","):
                 runs: dict[bool, list] = {True: [], False: []}
+                cpu: dict[bool, list[float]] = {True: [], False: []}
                 for _ in range(args.rounds):
                     for compress in (False, True):
+                        before = workers_usage(client)
                         r = engine.infer(path, client=client, mode=mode, dtype=args.dtype, images=args.images,
                                          compress=compress, resident=False if args.stream else None)
+                        cpu[compress].append(workers_usage(client) - before)
                         runs[compress].append(r)
                 best = {c: min(rs, key=lambda r: r.seconds) for c, rs in runs.items()}
                 agree = np.array_equal(best[True].categories, best[False].categories)
@@ -76,11 +82,36 @@ def main() -> None:
                         vs_truth = "no truth"
                     ratio = best[False].seconds / r.seconds
                     print(f"{os.path.basename(path.rstrip('/'))} | {mode} | {'on' if compress else 'off'} | "
-                          f"{r.seconds:.3f} | {r.edges_per_second:.3e} | {r.multiplied_per_second:.3e} | "
+                          f"{r.seconds:.3f} | {np.median(cpu[compress], axis=0)[0]:.2f} | {r.edges_per_second:.3e} | "
+                          f"{r.multiplied_per_second:.3e} | "
                           f"{sum(r.layer_columns)} / {sum(r.layer_alive)} | "
                           f"{cats.size} ({'on = off' if agree else 'ON != OFF'}; {vs_truth}) | "
                           f"{ratio:.2f}x", flush=True)
+                walls = {c: np.median([r.seconds for r in rs]) for c, rs in runs.items()}
+                used = {c: np.array(v) for c, v in cpu.items()}  # rounds x (CPU s, page faults)
+                median, least = ({c: f(u[:, 0]) for c, u in used.items()} for f in (np.median, np.min))
+                print(f"# on/off, {args.rounds} rounds: wall medians {walls[True] / walls[False]:.3f}, worker CPU "
+                      f"medians {median[True] / median[False]:.3f}, least {least[True] / least[False]:.3f} (CPU s "
+                      f"off {fmt(used[False][:, 0])}; on {fmt(used[True][:, 0])}); page faults (medians) off "
+                      f"{np.median(used[False][:, 1]):.0f}, on {np.median(used[True][:, 1]):.0f}; load "
+                      f"{os.getloadavg()[0]:.2f}", flush=True)
     tmp.cleanup()
+
+
+def workers_usage(client) -> np.ndarray:
+    """The CPU seconds (user + system) and the page faults of the cluster's worker processes so far, summed."""
+    return np.sum(list(client.run(_own_usage).values()), axis=0)
+
+
+def _own_usage() -> tuple[float, int]:
+    import resource
+
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime, used.ru_minflt
+
+
+def fmt(values: list[float]) -> str:
+    return " ".join(f"{v:.2f}" for v in values)
 
 
 def random_weights(path: str, mean: float, std: float, out: str) -> str:

@@ -41,7 +41,7 @@ from .cpu_folds import fold_group, fold_tile, hash_tile
 from .folds import Folds, hash_coefficients
 from .grad import back_input_numpy, weight_grad_numpy
 from .messages import pack_rows_numpy, unpack_rows_numpy
-from .scratch import leave_free, left_free, release_scratch, scratch
+from .scratch import leave_free, left_free, release_scratch, scratch, take_back
 
 #: Bytes a tile's inputs may take: half of this VM's 2 MB L2 per core, leaving room for the tile's outputs.
 TILE_BYTES = 1 << 20
@@ -558,6 +558,7 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
     """
     dtype = yt.dtype
     yt = np.ascontiguousarray(yt)
+    handed = take_back(yt)  # the buffer yt lies in, where the caller handed it over (ends.run_layers_remembering)
     ids = np.asarray(ids)
     if yt.shape[1] == 0:
         return (yt, ids) if folds is None else (yt, ids, folds)
@@ -568,7 +569,8 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
     # own (measured on 65,536-wide layers under a Dask nanny's malloc settings)
     # and from call to call on a thread (ends.run_layers_remembering runs a chunk 32 layers a call): the buffer the
     # last call left free is taken up, and the one this call leaves free is left for the next
-    ours, spare = None, left_free(dtype)  # the flat buffer yt is in (once an output here), and one free for reuse
+    # the flat buffer yt is in (once an output here, or handed over), and one free for reuse
+    ours, spare = handed, left_free(dtype)
     while group := _next_group(layers, _group_layers(folds)):
         indptrs, ptr_starts, indices, data, entry_starts, orders, group_starts, twin_starts = \
             _concatenated(group, dtype, yt.shape[1])
@@ -591,7 +593,7 @@ def run_layers_numpy(yt: np.ndarray, layers: Iterable[tuple[np.ndarray, np.ndarr
         survivors = _run_group(yt, ids, weights, indptrs, ptr_starts, indices, data, entry_starts, orders,
                                group_starts, twin_starts, dtype.type(bias), dtype.type(ymax), src, dst, out, out_ids,
                                out_weights, looks, coef, hashes, fold_merged, fold_into, folded, columns, alive)
-        spare, ours = ours, buffer  # the input's buffer is free now (never the caller's own array)
+        spare, ours = ours, buffer  # the input's buffer is free now (never the caller's own, unless handed over)
         yt, ids, weights = out[:, :survivors], out_ids[:survivors], out_weights[:survivors]
         if folds is not None:
             n, before = int(folded[0]), folds.merged.size

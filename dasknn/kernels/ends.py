@@ -5,7 +5,8 @@ Folding (:mod:`dasknn.kernels.folds`) computes each distinct vector once per chu
 converge onto the same few vectors in every chunk, so each chunk of a deep network carried the same vector through
 its last layers (1,890 of a generated 1,024 x 1,920 network's: most of a chunk's time once the rest folded). A run
 keeps, on each worker, the vectors its chunks had after some layers (:data:`ENDS_EVERY` apart, once a chunk is
-down to :data:`ENDS_MOST_COLUMNS` columns) with the activations each ended the segment with; a later chunk's column
+down to :data:`ENDS_MOST_COLUMNS` columns; farther apart while a chunk is not, :func:`next_span`) with the
+activations each ended the segment with; a later chunk's column
 equal to one of them there (hashed, then compared, never trusted to the hash) takes that end instead of running on.
 Exact, bit for bit: equal inputs through the same layers and kernel give equal outputs whatever else is in the
 chunk, the argument folding rests on. Only ends alive after the segment's last layer are kept: an image alive then
@@ -24,11 +25,18 @@ import numpy as np
 from .arrays import array_module, to_host
 from .dispatch import backend_of, run_layers
 from .folds import Folds, hash_coefficients
+from .scratch import hand_over, take_back
 from .uniform import UniformRun, run_uniform, uniform_values
 
 #: Layers between the points where a chunk's columns are looked up and remembered (the layer numbers, counted
 #: from the network's first, divisible by it).
 ENDS_EVERY = 32
+#: Layers between a chunk's stops at most, once its stops find nothing to share (:func:`next_span`). A stop cuts
+#: the chunk's loop in two, which costs a pass over its activations (the loop gathers its survivors before it
+#: returns) and, before the loop's input was handed over to it (:func:`~dasknn.kernels.scratch.hand_over`), a fresh
+#: buffer, whose pages fault in under a Dask nanny's malloc settings: 32 layers apart that was 5 % of a 120-layer
+#: loop where nothing collapses (one process, 7,500 images).
+ENDS_MOST_SPAN = 8 * ENDS_EVERY
 #: A chunk is looked up and remembered only while it has this many columns at most (it has converged: more
 #: would be copies of vectors no other chunk meets).
 ENDS_MOST_COLUMNS = 8
@@ -101,10 +109,29 @@ class KnownEnds:
             self._bytes = 0
 
 
+def next_span(span: int, columns_before: int, columns: int) -> int:
+    """Layers from a chunk's stop to its next (rounded by :func:`next_stop`): :data:`ENDS_EVERY` where the chunk is
+    down to :data:`ENDS_MOST_COLUMNS` columns (the stop looked its columns up) or has lost half its columns since
+    the stop before (``columns_before``: it folds or dies fast, and may be down to them soon); otherwise twice
+    ``span``, the span that led to this stop, :data:`ENDS_MOST_SPAN` at most. Where nothing collapses the stops
+    then cost a few cuts of a chunk's loop however deep the network."""
+    if columns <= ENDS_MOST_COLUMNS or 2 * columns <= columns_before:
+        return ENDS_EVERY
+    return min(2 * span, max(ENDS_MOST_SPAN, ENDS_EVERY))
+
+
+def next_stop(done: int, span: int) -> int:
+    """The layer of a chunk's next stop after layer ``done``, ``span`` layers on: a layer divisible by
+    :data:`ENDS_EVERY` (where other chunks stop too, and remember what they had), the first from ``done + 1`` on
+    where ``span`` is :data:`ENDS_EVERY`."""
+    return (done // ENDS_EVERY + max(1, span // ENDS_EVERY)) * ENDS_EVERY
+
+
 def run_layers_remembering(ends: KnownEnds, yt, layers: Iterable[tuple], first: int, last: int, bias: float,
                            ymax: float, ids: np.ndarray, folds: Folds):
     """:func:`~dasknn.kernels.dispatch.run_layers` with ``folds`` over the network's layers ``first`` to ``last``
-    (``layers``), in runs that end after each layer divisible by :data:`ENDS_EVERY`: there, once the chunk is down
+    (``layers``), in runs that end at stops, after layers divisible by :data:`ENDS_EVERY` (farther apart while the
+    stops find nothing to share: :func:`next_span`): there, once the chunk is down
     to :data:`ENDS_MOST_COLUMNS` columns, those equal to a column ``ends`` knows leave the loop with its end, and
     the others are remembered, to be learnt with their own ends after ``last``; where each of those holds one
     value in all its rows, they go on through the regular iso-valued layers that follow without the loop
@@ -122,10 +149,15 @@ def run_layers_remembering(ends: KnownEnds, yt, layers: Iterable[tuple], first: 
     taken_ids: list[int] = []
     taken: list[np.ndarray] = []
     skipped: list[tuple[int, int]] = []  # (layers run before, images): counted alive after the layers they skipped
+    span, columns = ENDS_EVERY, ids.size
     while done < last and ids.size:
-        stop = min(last, (done // ENDS_EVERY + 1) * ENDS_EVERY)
+        stop = min(last, next_stop(done, span))
+        if done >= first:  # yt is the loop's own now, not its caller's: its buffer may take a later output
+            hand_over(yt)
         yt, ids, folds = run_layers(yt, islice(layers, stop - done), bias, ymax, ids, folds=folds)
+        take_back(None)  # (not left for a later loop where this backend's loop did not take it)
         done = stop
+        span, columns = next_span(span, columns, ids.size), ids.size
         if done == last or not 0 < ids.size <= ENDS_MOST_COLUMNS:
             continue
         host = to_host(yt)

@@ -37,6 +37,24 @@ def leave_free(buffer: np.ndarray | None) -> None:
         _SCRATCH.setdefault(threading.get_ident(), {})[("free", buffer.dtype)] = buffer
 
 
+def hand_over(a) -> None:
+    """Tell the next layer loop on this thread that its input ``a`` is its caller's no more once the loop has read
+    it: the flat buffer ``a`` lies in may then take the loop's later outputs (instead of a fresh buffer, whose pages
+    fault in). Only a buffer a layer loop made (flat, its own data) is handed over."""
+    base = getattr(a, "base", None)
+    if isinstance(base, np.ndarray) and base.ndim == 1 and base.flags.owndata:
+        _SCRATCH.setdefault(threading.get_ident(), {})[("handed", base.dtype)] = base
+
+
+def take_back(a) -> np.ndarray | None:
+    """The flat buffer ``a`` lies in where ``a`` was handed over (:func:`hand_over`), else None; the hand-over is
+    taken back either way (it never reaches a later loop)."""
+    held = _SCRATCH.setdefault(threading.get_ident(), {})
+    handed = [held.pop(key) for key in [key for key in held if key[0] == "handed"]]
+    base = getattr(a, "base", None)
+    return base if any(b is base for b in handed) else None
+
+
 def release_scratch() -> None:
     """Let go of every thread's scratch (after a run; a call still using one keeps it until it returns)."""
     _SCRATCH.clear()

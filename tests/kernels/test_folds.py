@@ -145,3 +145,61 @@ def test_known_ends_are_compared_never_trusted_to_the_hash_and_bounded_in_bytes(
     assert known.find(2, 3, near)[0] is None
     known.learn(3, [(2, at[:, 1:], np.array([12]))], end, np.array([11, 12]), record)
     assert len(known) == 1  # over its bytes: not kept
+
+
+def test_stops_grow_apart_while_they_find_nothing_to_share_and_come_back_once_a_chunk_collapses():
+    E, most = ends.ENDS_EVERY, ends.ENDS_MOST_SPAN
+    assert ends.next_span(E, 1000, 990) == 2 * E and ends.next_span(4 * E, 1000, 990) == 8 * E
+    assert ends.next_span(most, 1000, 990) == most  # never farther apart than ENDS_MOST_SPAN
+    assert ends.next_span(4 * E, 1000, 500) == E  # half the columns gone: it collapses, or dies
+    assert ends.next_span(4 * E, 20, ends.ENDS_MOST_COLUMNS) == E  # down to the columns a stop looks up
+    # on layers divisible by ENDS_EVERY (where the chunks that share stop), the first the next one
+    assert [ends.next_stop(0, E), ends.next_stop(E, 2 * E), ends.next_stop(E - 5, E)] == [E, 3 * E, E]
+
+
+def _permutations(neurons: int, depth: int) -> list[tuple]:
+    # layers that move each neuron's value to another: images stay alive and distinct through any depth
+    rng = np.random.default_rng(1)
+    return [(np.arange(neurons + 1), rng.permutation(neurons).astype(np.int32), np.ones(neurons))
+            for _ in range(depth)]
+
+
+@pytest.mark.parametrize("distinct", [40, 4], ids=["nothing-collapses", "collapsed"])
+def test_a_chunks_loop_stops_less_often_where_nothing_collapses(monkeypatch, distinct):
+    layers = _permutations(64, 300)
+    x = np.random.default_rng(2).random((64, distinct))
+    yt = np.ascontiguousarray(x[:, np.arange(40) % distinct])  # 40 images, `distinct` of them different
+    stops = []
+
+    def counted(yt, layers, *args, **kw):  # the layer each of the loop's runs ends after
+        run = list(layers)
+        stops.append((stops[-1] if stops else 0) + len(run))
+        return cpu.run_layers_numpy(yt, run, *args, **kw)
+
+    monkeypatch.setattr(ends, "run_layers", counted)
+    on, ids, record = ends.run_layers_remembering(ends.KnownEnds(), yt.copy(), iter(layers), 1, 300, 0.0, 1e9,
+                                                  np.arange(40), Folds())
+    E = ends.ENDS_EVERY
+    want = [E, 3 * E, 7 * E, 300] if distinct > ends.ENDS_MOST_COLUMNS else list(range(E, 300, E)) + [300]
+    assert stops == want
+    off, off_ids = cpu.run_layers_numpy(yt.copy(), layers, 0.0, 1e9, np.arange(40))
+    images, columns = record.expand(ids)
+    order = np.argsort(images)
+    np.testing.assert_array_equal(images[order], off_ids)
+    np.testing.assert_array_equal(on[:, columns[order]], off)  # bit for bit
+
+
+def test_a_handed_over_input_takes_the_loops_later_outputs_and_a_callers_input_is_never_written():
+    from dasknn.kernels import scratch
+
+    layers = _permutations(64, 40)  # groups of 16 layers: the loop's later groups write where the input was
+    x = np.random.default_rng(3).random((64, 30))
+    first, ids = cpu.run_layers_numpy(x, layers[:3], 0.0, 1e9, np.arange(30))  # in a flat buffer of the loop's
+    kept = first.copy()
+    plain, _ = cpu.run_layers_numpy(first, layers[3:], 0.0, 1e9, ids)
+    np.testing.assert_array_equal(first, kept)  # not handed over: left as it was
+    scratch.hand_over(first)
+    handed, _ = cpu.run_layers_numpy(first, layers[3:], 0.0, 1e9, ids)
+    np.testing.assert_array_equal(handed, plain)  # bit for bit
+    assert not np.array_equal(first, kept) and handed.base is not first.base  # a later group's output went there
+    assert scratch.take_back(first) is None  # the loop took the hand-over: it reaches no later loop
