@@ -149,15 +149,18 @@ def run_mode(client, link, url: str, mode: str, owners: np.ndarray, plan_url: st
 
 
 def explained(result) -> str:
-    """What auto's predictions are made of (seconds), and the calibration's rates they came from."""
+    """What auto's predictions are made of (seconds), and the calibration's rates they came from (a load and
+    readers only where the code has them: bench_local_store runs the code before issue 45 too)."""
     lines = [f"  {p.mode} (K = {p.group_size}, {'resident' if p.resident else 'streamed'}): {p.seconds:.1f} s; "
-             f"compute {p.compute:.1f}, read {p.read:.1f}, load {p.load_seconds:.1f}, exchange {p.exchange:.1f}, "
+             f"compute {p.compute:.1f}, read {p.read:.1f}, load {getattr(p, 'load_seconds', 0.0):.1f}, "
+             f"exchange {p.exchange:.1f}, "
              f"tasks {p.tasks:.1f}, setup {p.setup_seconds:.1f}" for p in result.predictions]
     cal = result.calibration
     if cal is not None:
         rates = ", ".join(f"K = {g}: {r:.3g}" for g, r in sorted(cal.kernel_rates.items()))
         lines.append(f"  calibration: read {cal.read_rate / 1e6:.1f} MB/s (decoded, a worker; readers "
-                     f"{cal.readers}), kernel {cal.kernel_rate:.3g} multiply-adds/s ({rates}), cores {cal.cores}")
+                     f"{getattr(cal, 'readers', '-')}), kernel {cal.kernel_rate:.3g} multiply-adds/s ({rates}), "
+                     f"cores {cal.cores}")
     return "auto's predictions:\n" + "\n".join(lines)
 
 

@@ -34,10 +34,12 @@ SETTINGS = {"kept": True, "fetched again": False}
 def fetched_again(on: bool = True) -> Iterator[None]:
     """Within the block (``on``), runs made on this client stream as before issue 45: their streams keep nothing
     (the hold the client computes, ``sizing.stream_hold_bytes``, patched to 0 bytes)."""
+    if not on:  # nothing patched (so the code before issue 45, which has no hold, runs too)
+        yield
+        return
     infer_module = importlib.import_module("dasknn.engine.infer")  # (the module: the package's name is its function)
     hold = infer_module.stream_hold_bytes
-    if on:
-        infer_module.stream_hold_bytes = lambda *args: 0
+    infer_module.stream_hold_bytes = lambda *args: 0
     try:
         yield
     finally:
