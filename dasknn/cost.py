@@ -111,6 +111,10 @@ class Calibration:
     #: seconds data mode's loop spends on a layer of a chunk whatever its images (reading the layer through the
     #: cache, the loop's bookkeeping), timed on a chunk whose images are all equal (:func:`layer_seconds`)
     layer_seconds: float = 0.0
+    #: seconds data mode's loop spends once more on a layer of a worker's first chunk of a run (:func:`layer_seconds`),
+    #: and by group size a model-mode step on its layer (:func:`step_rates`)
+    layer_setup_seconds: float = 0.0
+    step_setup_seconds: dict[int, float] = field(default_factory=dict)
 
     def as_dict(self, per_layer: bool = True) -> dict:
         """The calibration as plain values; without ``per_layer``, its rates alone (the lists with an entry a
@@ -403,16 +407,27 @@ def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None,
     return macs / _median_call(call, seconds)
 
 
-def layer_seconds(path: str, k: int, dtype: str, width: int = COLLAPSED_IMAGES, seconds: float = KERNEL_SECONDS / 2,
-                  layers: int = COLLAPSED_LAYERS) -> float:
-    """Seconds data mode's loop spends on one layer of a chunk of ``width`` images that are all equal (as most of a
-    chunk is after the first dozen layers of the challenge's networks): read from the cache, looked at, folded, the
-    one vector left computed. ``layers`` layers from ``k`` (as many as :func:`kernel_rate`'s loop holds, over
-    again), the median of at least :data:`KERNEL_CALLS` calls after an untimed one.
+@dataclass(frozen=True)
+class LayerCosts:
+    """Seconds data mode's loop spends on a layer beyond its images' multiply-adds (:func:`layer_seconds`)."""
 
-    A chunk pays it on every layer whatever its images: on the real n1024-l120 a 2,500-image chunk took 22-45 ms
-    for layers 7-120, where its images' multiply-adds alone come to a few; counting the kernel's tiles a chunk
-    still used instead charged it 200 ms."""
+    every_chunk: float  # on every chunk: the layer read through the cache, looked at, its one vector computed
+    first_chunk: float  # once more on a worker's first chunk of a run: what the loop learns of the layer then
+
+
+def layer_seconds(path: str, k: int, dtype: str, width: int = COLLAPSED_IMAGES, seconds: float = KERNEL_SECONDS / 2,
+                  layers: int = COLLAPSED_LAYERS) -> LayerCosts:
+    """What data mode's loop spends on one layer of a chunk of ``width`` images that are all equal (as most of a
+    chunk is after the first dozen layers of the challenge's networks): read from the cache, looked at, folded, the
+    one vector left computed; and what its first call spends beyond that (finding the layer's twins and whether
+    it is of one weight, kept for the run's later chunks). ``layers`` layers from ``k`` (as many as
+    :func:`kernel_rate`'s loop holds, over again): the first call, and the median of at least :data:`KERNEL_CALLS`
+    calls after it.
+
+    A chunk pays the first on every layer whatever its images: on the real n1024-l120 a 2,500-image chunk took
+    22-45 ms for layers 7-120, where its images' multiply-adds alone come to a few; counting the kernel's tiles a
+    chunk still used instead charged it 200 ms. A worker's first chunk of a run pays the second too: 5,000 images
+    took 0.19-0.23 s there against 0.10-0.13 s for its next (the same 120 layers, one process)."""
     from .kernels.folds import Folds
 
     store = open_store(path, check="lazy")
@@ -424,7 +439,9 @@ def layer_seconds(path: str, k: int, dtype: str, width: int = COLLAPSED_IMAGES, 
     yt = np.repeat(_varied(np.random.default_rng(k), (store.neurons, 1), dt, store.ymax), width, axis=1)
     call = lambda: kernels.run_layers(yt.copy(), cycle, store.bias, store.ymax, np.arange(width),  # noqa: E731
                                       folds=Folds())
-    return _median_call(call, seconds) / layers
+    first, median = _first_and_median(call, seconds)
+    # (the first call ran the held layers for the first time; the cycle's later rounds are as the median's)
+    return LayerCosts(every_chunk=median / layers, first_chunk=max(0.0, first - median) / len(held))
 
 
 @dataclass(frozen=True)
@@ -434,6 +451,7 @@ class StepRates:
     kernel: float  # multiply-adds per second of the fused kernel on the part's block, its received rows beside it
     message: float  # boundary entries per second packed (the rows it sends) and unpacked (the rows it receives)
     marks: float  # activations per second marked after a sync layer (which images live, which are equal)
+    first_step: float = 0.0  # seconds a step spends once more on its layer, on the first chunk of a run
 
 
 def step_rates(path: str, k: int, dtype: str, owners: np.ndarray, part: int, width: int,
@@ -477,7 +495,8 @@ def step_rates(path: str, k: int, dtype: str, owners: np.ndarray, part: int, wid
 
     step = lambda: kernels.layer_step(yt, indptr, indices, data.astype(dt), store.bias, store.ymax,  # noqa: E731
                                       extra=extra, out=out)
-    return StepRates(kernel=float(indices.size) * width / _median_call(step, seconds),
+    first, median = _first_and_median(step, seconds)
+    return StepRates(kernel=float(indices.size) * width / median, first_step=max(0.0, first - median),
                      message=float(sent.size) * width / _median_call(messages, seconds / 2),
                      marks=float(out.size) / _median_call(marks, seconds / 2))
 
@@ -491,14 +510,22 @@ def _varied(rng, shape: tuple[int, int], dt: np.dtype, ymax: float) -> np.ndarra
 def _median_call(call, seconds: float) -> float:
     # the median seconds of at least KERNEL_CALLS calls of ``call`` (and ``seconds`` of them) after an untimed one
     # (see kernel_rate)
+    return _first_and_median(call, seconds)[1]
+
+
+def _first_and_median(call, seconds: float) -> tuple[float, float]:
+    # the seconds of the first call of ``call``, and the median of at least KERNEL_CALLS calls (and ``seconds`` of
+    # them) after it
+    t0 = time.perf_counter()
     call()
+    first = time.perf_counter() - t0
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < KERNEL_CALLS or time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
         call()
         times.append(time.perf_counter() - t0)
-    return max(float(np.median(times)), 1e-12)
+    return first, max(float(np.median(times)), 1e-12)
 
 
 def _layer_arrays(store, k: int, dt: np.dtype) -> tuple:
@@ -592,7 +619,8 @@ def predict(
     macs = images * float(np.dot(alive, layer_nnz))
     compute = macs / (cal.kernel_rates.get(g, cal.kernel_rate) * busy_threads)
     if g == 1:
-        compute += chunks * depth * cal.layer_seconds / busy_threads  # the loop's cost a layer, whatever is left
+        # the loop's cost a layer, whatever is left, and once on each worker's first chunk what it learns of the layer
+        compute += chunks * depth * cal.layer_seconds / busy_threads + depth * cal.layer_setup_seconds
     exchange = read = load = 0.0
     if not resident:
         # each chunk reads the whole network once (data mode), or each part its share of it (model mode): the
@@ -610,6 +638,7 @@ def predict(
     else:
         vol = np.asarray(volumes, dtype=float)
         entries = images * float(np.dot(alive, vol))  # boundary entries crossing, all groups together
+        compute += depth * cal.step_setup_seconds.get(g, 0.0)  # once, on each part's first chunk
         pack = entries / (cal.message_rates.get(g, cal.message_rate) * busy_threads)
         if neurons and g in cal.mark_rates:
             # after each sync layer every part marks its rows of the images it computed: which live, which are equal
@@ -708,6 +737,7 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     slowest = max(stage_seconds) / shared
     compute = max(slowest * (per_pipeline / per_thread + stages - 1),
                   sum(stage_seconds) * per_pipeline / (stages * per_thread))
+    compute += depth * cal.layer_setup_seconds  # the first chunk's pass learns every stage's layers in turn
     # the images alive after each stage but the last (alive[last] is the share entering the next layer)
     crossing = sum(float(alive[s.last]) for s in cuts[:-1])
     sent = images * neurons * itemsize * crossing

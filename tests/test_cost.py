@@ -536,10 +536,19 @@ def test_data_mode_pays_its_loops_cost_a_layer_on_every_chunk():
 
 
 def test_layer_seconds_times_the_loop_on_a_chunk_of_equal_images(slice_store):
-    one = cost.layer_seconds(str(slice_store), 3, "float32", seconds=0.02, layers=8)
-    assert 0 < one < 0.1
+    costs = cost.layer_seconds(str(slice_store), 3, "float32", seconds=0.02, layers=8)
+    assert 0 < costs.every_chunk < 0.1 and costs.first_chunk >= 0
     # the loop folds the equal images: a chunk of 64 costs about what a chunk of 1 does, not 64 times it
-    assert cost.layer_seconds(str(slice_store), 3, "float32", width=1, seconds=0.02, layers=8) > one / 8
+    one = cost.layer_seconds(str(slice_store), 3, "float32", width=1, seconds=0.02, layers=8)
+    assert one.every_chunk > costs.every_chunk / 8
+
+
+def test_a_workers_first_chunk_pays_what_the_loop_learns_of_each_layer_once():
+    plain = _predict(_cal(), 1)
+    setup = _predict(_cal(layer_setup_seconds=1e-3), 1)
+    assert setup.compute - plain.compute == pytest.approx(3 * 1e-3)  # 3 layers, once (the workers at once)
+    two = _predict(_cal(step_setup_seconds={2: 1e-3}), 2)
+    assert two.compute - _predict(_cal(), 2).compute == pytest.approx(3 * 1e-3)
 
 
 def test_loop_bytes_counts_the_layers_and_the_activations_tiles():

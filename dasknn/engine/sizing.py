@@ -240,14 +240,17 @@ def _step_rates(client, workers: list[str], path: str, dtype: str, k: int, owner
     futures = [client.submit(step_rates, path, k, dtype, owners, i % g, width, workers=[w],
                              allow_other_workers=False, pure=False) for i, w in enumerate(workers)]
     timed = gather_watched(client, futures, workers)
-    return StepRates(*(float(np.mean([getattr(r, f) for r in timed])) for f in ("kernel", "message", "marks")))
+    return StepRates(*(float(np.mean([getattr(r, f) for r in timed]))
+                       for f in ("kernel", "message", "marks", "first_step")))
 
 
-def _on_every_worker(client, workers: list[str], timing: Callable[..., float], *args, **kwargs) -> float:
-    # ``timing(*args, **kwargs)`` on every worker at once (as they run a mode's tasks together); the mean
+def _on_every_worker(client, workers: list[str], timing: Callable, *args, mean: bool = True, **kwargs):
+    # ``timing(*args, **kwargs)`` on every worker at once (as they run a mode's tasks together): the mean, or (not
+    # ``mean``) what each gave
     futures = [client.submit(timing, *args, **kwargs, workers=[w], allow_other_workers=False, pure=False)
                for w in workers]
-    return float(np.mean(gather_watched(client, futures, workers)))
+    timed = gather_watched(client, futures, workers)
+    return float(np.mean(timed)) if mean else timed
 
 
 def _probe_task(path: str, in_path: str, images: int, dtype: str, memory: float | None = None) -> dict:
@@ -311,7 +314,9 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
             # timings' noise and predicted data mode 16 % to 65 % slow, this 18 % fast to 2 % slow
             cal.kernel_rates[1] = _on_every_worker(client, workers, kernel_rate, path, middle, dtype, loop=True,
                                                    memory=memory / 2, width=-(-images // max(1, n_chunks)))
-            cal.layer_seconds = _on_every_worker(client, workers, layer_seconds, path, middle, dtype)
+            costs = _on_every_worker(client, workers, layer_seconds, path, middle, dtype, mean=False)
+            cal.layer_seconds = float(np.mean([c.every_chunk for c in costs]))
+            cal.layer_setup_seconds = float(np.mean([c.first_chunk for c in costs]))
             return model()
         volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res, data,
                                                             memory)
@@ -327,6 +332,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
         width = max(1, int(round(images / max(1, min(n_chunks, images)) * weighted)))
         rates = _step_rates(client, workers, path, dtype, middle, window, width)
         cal.kernel_rates[g], cal.message_rates[g], cal.mark_rates[g] = rates.kernel, rates.message, rates.marks
+        cal.step_setup_seconds[g] = rates.first_step
         return model(volumes, setup, source)
 
     out = [one(1)]
