@@ -697,3 +697,28 @@ def test_the_calibration_as_plain_values_with_or_without_its_lists_a_layer():
     rates = cal.as_dict(per_layer=False)
     assert rates["kernel_rate"] == 1e9 and not set(cost.PER_LAYER) & set(rates)
     assert set(cal.as_dict()) - set(rates) == set(cost.PER_LAYER)
+
+
+def test_a_part_plan_made_where_the_run_keeps_it_is_not_setup_to_pay(fresh_store, tmp_path, monkeypatch):
+    # out of core, model mode reads its part plan from --plan-store where one is given: the estimate looks there
+    # too (it looked only inside the store, and charged 191 s for a plan already made at 65,536 x 480)
+    from dasknn import partition, store
+    from dasknn.engine import sizing
+
+    s = store.open_store(fresh_store)
+    owners = partition.partition_network(s.network().layers, 2, "block")
+    store.save_partition(fresh_store, store.partition_name("hypergraph", 2), owners, {})
+    made = str(tmp_path / "plans-elsewhere")
+    asked = []
+
+    def open_plan_store(path, network, owners):
+        asked.append(str(path))
+        return object() if str(path) == made else None
+
+    monkeypatch.setattr(store, "open_plan_store", open_plan_store)
+    nnz = s.layer_entries()
+    args = (["w1", "w2"], s, str(fresh_store), "hypergraph", 2, nnz, False, None, 1e9)
+    kept = sizing._exchange_estimate(*args, plan_store=made)
+    default = sizing._exchange_estimate(*args)
+    assert asked[0] == made and asked[1] != made
+    assert kept[2] == pytest.approx(0.0) and default[2] == pytest.approx(cost.setup_seconds(s.edges, 2, None, True, 2))

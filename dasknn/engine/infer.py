@@ -343,7 +343,8 @@ def _probe(recovery: Recovery, store, path: str, sample, count: int, weight_byte
         _, threads, memory = _cluster(client, workers)
         return predict_modes(client, workers, threads, store, path, sample, count, o.dtype, memory, weight_bytes,
                              o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size, o.exchange,
-                             pipeline, o.group_size if pipeline else None, o.compress)
+                             pipeline, o.group_size if pipeline else None, o.compress,
+                             None if o.plan_store is None else str(location(o.plan_store)))
 
     recovery.enter("probe")
     return recovery.run(measure)

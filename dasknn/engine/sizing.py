@@ -266,7 +266,8 @@ def _probe_task(path: str, in_path: str, images: int, dtype: str, memory: float 
 def predict_modes(client, workers: list[str], threads: int, store, path: str, in_path: str, images: int, dtype: str,
                   memory: float, weight_bytes: int, partition, chunks: int | None, sync_every: int,
                   resident: bool | None, everything: bool, group_size: int | None, exchange: str = "auto",
-                  pipeline: bool = False, stages: int | None = None, compress: bool = True):
+                  pipeline: bool = False, stages: int | None = None, compress: bool = True,
+                  plan_store: str | None = None):
     """The cost model's predictions for data mode, every model/hybrid grouping the workers allow, and pipeline mode
     (``stages`` workers a pipeline: by default one pipeline over all of them) where it is the mode asked for
     (``pipeline``), data mode cannot hold the weights, or the store is behind a URL (where every worker reading all
@@ -282,7 +283,8 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     already cost more than data mode, nothing is estimated. Model and hybrid modes are predicted with the transport
     ``exchange`` names, or for ``"auto"`` with the cheaper of the two (as
     :func:`~dasknn.runtime.exchange.choice.choose_exchange` decides). With ``compress`` every mode computes only the
-    distinct vectors among the alive images (the probe counts them); without, every alive image.
+    distinct vectors among the alive images (the probe counts them); without, every alive image. A part plan made
+    already (at ``plan_store``, or by default inside the store) is not counted as setup still to pay.
     """
     from ..cost import Calibration, computed_per_layer, kernel_rate, layer_seconds, predict, synced_layers
 
@@ -319,7 +321,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
             cal.layer_setup_seconds = float(np.mean([c.first_chunk for c in costs]))
             return model()
         volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res, data,
-                                                            memory)
+                                                            memory, plan_store)
         if window is None:  # the setup alone costs more than data mode: a lower bound, nothing computed
             return model(volumes, setup, source)
         # the step on this mode's blocks, every worker running it at once, over as many images as a chunk
@@ -367,7 +369,7 @@ def pipeline_prediction(cal, store, images: int, threads: int, workers: int, k: 
 
 
 def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,
-                       resident: bool, data: Prediction | None, memory: float) -> tuple:
+                       resident: bool, data: Prediction | None, memory: float, plan_store: str | None = None) -> tuple:
     # model mode's boundary entries per layer, the owners rows of the middle layer (None: not estimated), the
     # one-time setup still to pay, and where the volumes came from
     from ..cost import setup_seconds
@@ -378,8 +380,8 @@ def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, 
     middle = max(1, store.depth // 2)
     if owners is not None:
         owners = check_partition(owners, store.depth, store.neurons, g)
-        # out of core, a part plan already made (in the store's default place) is reused as well
-        kept = join(location(path), "plans", plan_digest(path, owners))
+        # out of core, a part plan already made (where the run keeps it, as model mode finds it) is reused as well
+        kept = plan_store or join(location(path), "plans", plan_digest(path, owners))
         plan = resident or open_plan_store(kept, path, owners) is None
         setup = setup_seconds(store.edges, g, None, plan, len(workers))
         # a partition kept in the store carries its volumes in its report (counted as it was computed); others
