@@ -115,6 +115,9 @@ class Calibration:
     #: and by group size a model-mode step on its layer (:func:`step_rates`)
     layer_setup_seconds: float = 0.0
     step_setup_seconds: dict[int, float] = field(default_factory=dict)
+    #: seconds data mode's first chunk on a worker takes beyond its next for its memory, touched afresh in each run
+    #: (:func:`loop_timing`'s first call beyond its layers' learning)
+    first_chunk_seconds: float = 0.0
 
     def as_dict(self, per_layer: bool = True) -> dict:
         """The calibration as plain values; without ``per_layer``, its rates alone (the lists with an entry a
@@ -339,6 +342,23 @@ def _loop_layers(layer_bytes: int) -> int:
     return min(LOOP_LAYERS, max(2, LOOP_BYTES // max(1, layer_bytes)))
 
 
+@dataclass(frozen=True)
+class LoopTiming:
+    """Data mode's loop timed as it runs (:func:`loop_timing`)."""
+
+    rate: float  # multiply-adds per second
+    first_extra: float  # seconds its first call took beyond the others (fresh memory, the layers learnt)
+    layers: int  # the layers a call ran
+
+
+def loop_timing(path: str, k: int, dtype: str, width: int | None = None, seconds: float = KERNEL_SECONDS,
+                memory: float | None = None) -> LoopTiming:
+    """:func:`kernel_rate` of data mode's loop (``loop``), with what its first call took beyond the others: a
+    worker's first chunk of a run touches its activations' memory for the first time, as this first call does."""
+    macs, first, median, layers = _kernel_timing(path, k, dtype, None, 0, width, seconds, True, memory)
+    return LoopTiming(rate=macs / median, first_extra=max(0.0, first - median), layers=layers)
+
+
 def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None, part: int = 0,
                 width: int | None = None, seconds: float = KERNEL_SECONDS, loop: bool = False,
                 memory: float | None = None) -> float:
@@ -360,6 +380,14 @@ def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None,
     caches (on a 65,536 x 480 network a part's block ran 1.4 times faster per multiply-add than the whole layer
     with two workers running). The ratios scale the probe's rate, which knows the batch's real widths.
     """
+    macs, _, median, _ = _kernel_timing(path, k, dtype, owners, part, width, seconds, loop, memory)
+    return macs / median
+
+
+def _kernel_timing(path: str, k: int, dtype: str, owners: np.ndarray | None, part: int, width: int | None,
+                   seconds: float, loop: bool, memory: float | None) -> tuple[float, float, float, int]:
+    # kernel_rate's timing: the multiply-adds of a call, its first call's seconds, the median's, the layers a call
+    # runs (1: a step)
     store = open_store(path, check="lazy")
     w = store.layer(k)
     dt = np.dtype(dtype)
@@ -404,7 +432,8 @@ def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None,
     # the median call of at least KERNEL_CALLS: on a shared machine one call in a few ran at a third of the rate
     # of the others (two workers timing 65,536-wide loops at once), and a run of hundreds of layers averages
     # such pauses away
-    return macs / _median_call(call, seconds)
+    first, median = _first_and_median(call, seconds)
+    return macs, first, median, len(layers) if loop else 1
 
 
 @dataclass(frozen=True)
@@ -620,7 +649,8 @@ def predict(
     compute = macs / (cal.kernel_rates.get(g, cal.kernel_rate) * busy_threads)
     if g == 1:
         # the loop's cost a layer, whatever is left, and once on each worker's first chunk what it learns of the layer
-        compute += chunks * depth * cal.layer_seconds / busy_threads + depth * cal.layer_setup_seconds
+        compute += (chunks * depth * cal.layer_seconds / busy_threads + depth * cal.layer_setup_seconds
+                    + cal.first_chunk_seconds)
     exchange = read = load = 0.0
     if not resident:
         # each chunk reads the whole network once (data mode), or each part its share of it (model mode): the
@@ -737,7 +767,8 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     slowest = max(stage_seconds) / shared
     compute = max(slowest * (per_pipeline / per_thread + stages - 1),
                   sum(stage_seconds) * per_pipeline / (stages * per_thread))
-    compute += depth * cal.layer_setup_seconds  # the first chunk's pass learns every stage's layers in turn
+    # the first chunk's pass learns every stage's layers, and touches each stage's memory, in turn
+    compute += depth * cal.layer_setup_seconds + stages * cal.first_chunk_seconds
     # the images alive after each stage but the last (alive[last] is the share entering the next layer)
     crossing = sum(float(alive[s.last]) for s in cuts[:-1])
     sent = images * neurons * itemsize * crossing

@@ -89,6 +89,11 @@ def test_model_mode_counts_its_steps_at_the_rates_timed_on_its_blocks():
     assert _predict(_cal(message_rates={4: 5e7}, mark_rates={4: 1e8}), 2, neurons=50).exchange == plain.exchange
 
 
+def test_loop_timing_is_kernel_rates_loop_with_its_first_call_apart(slice_store):
+    timed = cost.loop_timing(str(slice_store), 5, "float32", width=300, seconds=0.05)
+    assert timed.rate > 0 and timed.first_extra >= 0 and timed.layers == cost.LOOP_LAYERS
+
+
 def test_step_rates_time_a_parts_step_at_a_chunks_width(slice_store):
     # any owners: the rates of part 1's block of layer 5 under a random partition of the slice
     store = cost.open_store(str(slice_store), check="lazy")
@@ -547,6 +552,8 @@ def test_a_workers_first_chunk_pays_what_the_loop_learns_of_each_layer_once():
     plain = _predict(_cal(), 1)
     setup = _predict(_cal(layer_setup_seconds=1e-3), 1)
     assert setup.compute - plain.compute == pytest.approx(3 * 1e-3)  # 3 layers, once (the workers at once)
+    fresh = _predict(_cal(first_chunk_seconds=0.5), 1)
+    assert fresh.compute - plain.compute == pytest.approx(0.5)  # the first chunk's memory, once
     two = _predict(_cal(step_setup_seconds={2: 1e-3}), 2)
     assert two.compute - _predict(_cal(), 2).compute == pytest.approx(3 * 1e-3)
 

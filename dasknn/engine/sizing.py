@@ -286,7 +286,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     distinct vectors among the alive images (the probe counts them); without, every alive image. A part plan made
     already (at ``plan_store``, or by default inside the store) is not counted as setup still to pay.
     """
-    from ..cost import Calibration, computed_per_layer, kernel_rate, layer_seconds, predict, synced_layers
+    from ..cost import Calibration, computed_per_layer, layer_seconds, loop_timing, predict, synced_layers
 
     cal = Calibration(**_calibrate(client, workers, threads, store, path, in_path, images, dtype))
     if not compress:
@@ -314,11 +314,15 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
             # loop's layers and tiles within half a worker's memory, beside what the worker holds itself). Timed
             # as it runs, not as a ratio to the probe's steps: on 65,536-wide layers the ratio multiplied three
             # timings' noise and predicted data mode 16 % to 65 % slow, this 18 % fast to 2 % slow
-            cal.kernel_rates[1] = _on_every_worker(client, workers, kernel_rate, path, middle, dtype, loop=True,
-                                                   memory=memory / 2, width=-(-images // max(1, n_chunks)))
+            loops = _on_every_worker(client, workers, loop_timing, path, middle, dtype, mean=False,
+                                     memory=memory / 2, width=-(-images // max(1, n_chunks)))
             costs = _on_every_worker(client, workers, layer_seconds, path, middle, dtype, mean=False)
+            cal.kernel_rates[1] = float(np.mean([t.rate for t in loops]))
             cal.layer_seconds = float(np.mean([c.every_chunk for c in costs]))
             cal.layer_setup_seconds = float(np.mean([c.first_chunk for c in costs]))
+            # what the loop's first call took beyond its layers' learning: its chunk's memory touched afresh
+            cal.first_chunk_seconds = float(np.mean([max(0.0, t.first_extra - t.layers * cal.layer_setup_seconds)
+                                                     for t in loops]))
             return model()
         volumes, window, setup, source = _exchange_estimate(workers, store, path, partition, g, nnz, res, data,
                                                             memory, plan_store)
