@@ -115,6 +115,9 @@ class Calibration:
     #: and by group size a model-mode step on its layer (:func:`step_rates`)
     layer_setup_seconds: float = 0.0
     step_setup_seconds: dict[int, float] = field(default_factory=dict)
+    #: seconds of one task submitted and its result gathered: what a run pays once however little it computes
+    #: (its graph sent, its results back: 0.04-0.05 s for 8 images in data and pipeline mode, the 2-core VM)
+    round_trip_seconds: float = 0.0
     #: seconds data mode's first chunk on a worker takes beyond its next for its memory, touched afresh in each run
     #: (:func:`loop_timing`'s first call beyond its layers' learning)
     first_chunk_seconds: float = 0.0
@@ -463,14 +466,21 @@ def layer_seconds(path: str, k: int, dtype: str, width: int = COLLAPSED_IMAGES, 
     dt = np.dtype(dtype)
     held = [_layer_arrays(store, j, dt) for j in range(k, min(store.depth, k + _loop_layers(
         probe_layer_bytes(store, dt.itemsize)) - 1) + 1)]
-    cycle = [held[i % len(held)] for i in range(layers)]
-    # one vector, a quarter of it nonzero, repeated: it lives on through the layers (a dead chunk stops early)
+    cycle = [held[i % len(held)] for i in range(3 * layers)]
+    # one vector, a quarter of it nonzero, repeated: it lives on through the layers (a dead chunk stops early); the
+    # chunk, its copy and the loop's buffers within LOOP_BYTES (a worker of 600 MB may run this)
+    width = int(min(width, max(16, LOOP_BYTES // (4 * store.neurons * dt.itemsize))))
     yt = np.repeat(_varied(np.random.default_rng(k), (store.neurons, 1), dt, store.ymax), width, axis=1)
-    call = lambda: kernels.run_layers(yt.copy(), cycle, store.bias, store.ymax, np.arange(width),  # noqa: E731
-                                      folds=Folds())
-    first, median = _first_and_median(call, seconds)
-    # (the first call ran the held layers for the first time; the cycle's later rounds are as the median's)
-    return LayerCosts(every_chunk=median / layers, first_chunk=max(0.0, first - median) / len(held))
+
+    def call(n: int):
+        return lambda: kernels.run_layers(yt.copy(), cycle[:n], store.bias, store.ymax, np.arange(width), folds=Folds())
+
+    # a layer's cost once the chunk has folded: what 2 * layers more cost (the first layers run every image until
+    # the loop looks and folds them); the first call's extra: it ran the held layers for the first time
+    first, short = _first_and_median(call(layers), seconds / 2)
+    longer = _median_call(call(3 * layers), seconds / 2)
+    return LayerCosts(every_chunk=max(0.0, longer - short) / (2 * layers),
+                      first_chunk=max(0.0, first - short) / len(held))
 
 
 @dataclass(frozen=True)
@@ -690,7 +700,7 @@ def predict(
         else:
             picks = 0.0 if g <= 2 else pairs + g * (g - 1) / sync_every
             tasks = chunks * depth * (g + picks)
-    task_time = tasks * cal.task_seconds / max(1, threads)
+    task_time = tasks * cal.task_seconds / max(1, threads) + cal.round_trip_seconds
     seconds = compute + exchange + task_time + read + setup + load
     return Prediction(mode=mode_of(g, workers), group_size=g, fits=bool(fits or not resident), resident=bool(resident),
                       seconds=seconds, compute=compute, exchange=exchange, tasks=task_time, read=read,
@@ -782,7 +792,7 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
         read = (1.0 - hidden) * read_total + hidden * max(0.0, read_total - compute)
     else:
         load = read_seconds(cal, weight_bytes * pipelines, workers)  # each pipeline reads the network once
-    task_time = chunks * stages * cal.task_seconds / max(1, threads)
+    task_time = chunks * stages * cal.task_seconds / max(1, threads) + cal.round_trip_seconds
     return Prediction(mode="pipeline", group_size=stages, fits=bool(fits or not resident), resident=bool(resident),
                       seconds=compute + exchange + task_time + read + load, compute=compute, exchange=exchange,
                       tasks=task_time, read=read, load_seconds=float(load))

@@ -554,6 +554,10 @@ def test_a_workers_first_chunk_pays_what_the_loop_learns_of_each_layer_once():
     assert setup.compute - plain.compute == pytest.approx(3 * 1e-3)  # 3 layers, once (the workers at once)
     fresh = _predict(_cal(first_chunk_seconds=0.5), 1)
     assert fresh.compute - plain.compute == pytest.approx(0.5)  # the first chunk's memory, once
+    # a run's graph there and back, once, in every mode
+    for g in (1, 2):
+        assert (_predict(_cal(round_trip_seconds=0.05), g).tasks - _predict(_cal(), g).tasks
+                == pytest.approx(0.05))
     two = _predict(_cal(step_setup_seconds={2: 1e-3}), 2)
     assert two.compute - _predict(_cal(), 2).compute == pytest.approx(3 * 1e-3)
 
