@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from dasknn import cost, engine
+from dasknn import cost, engine, rates
 
 
 def _cal(**over) -> cost.Calibration:
@@ -411,8 +411,8 @@ def test_data_mode_kernel_rate_times_its_loop_over_layers_and_counts_the_live_im
 
     monkeypatch.setattr(kernels, "run_layers", counting)
     macs = []
-    monkeypatch.setattr(cost, "_loop_macs", lambda yt, layers, st: macs.append(yt.shape[1]) or 1e6)
-    monkeypatch.setattr(cost, "LOOP_LAYERS", 3)
+    monkeypatch.setattr(rates, "_loop_macs", lambda yt, layers, st: macs.append(yt.shape[1]) or 1e6)
+    monkeypatch.setattr(rates, "LOOP_LAYERS", 3)
     rate = cost.kernel_rate(str(slice_store), 5, "float32", width=300, seconds=0.05, loop=True)
     # one untimed call, then at least KERNEL_CALLS timed ones, all over the timed width
     assert len(seen) >= 1 + cost.KERNEL_CALLS and {width for width, _ in seen} == {300}
@@ -430,7 +430,7 @@ def test_the_loop_is_timed_only_where_its_layers_and_tiles_fit_the_memory_given(
     run_layers, layer_step = kernels.run_layers, kernels.layer_step
     monkeypatch.setattr(kernels, "run_layers", lambda yt, ls, *a, **k: loops.append(len(ls)) or run_layers(yt, ls, *a, **k))
     monkeypatch.setattr(kernels, "layer_step", lambda *a, **k: steps.append(1) or layer_step(*a, **k))
-    monkeypatch.setattr(cost, "LOOP_LAYERS", 3)
+    monkeypatch.setattr(rates, "LOOP_LAYERS", 3)
     rate = cost.kernel_rate(str(slice_store), 5, "float32", width=300, seconds=0.05, loop=True, memory=memory)
     assert rate > 0
     if layers:  # the loop over LOOP_LAYERS layers (and _loop_macs's steps to count the live images)
@@ -445,7 +445,7 @@ def test_the_loop_runs_as_many_whole_tiles_of_a_chunk_as_the_memory_given_holds(
     widths = []
     run_layers = kernels.run_layers
     monkeypatch.setattr(kernels, "run_layers", lambda yt, ls, *a, **k: widths.append(yt.shape[1]) or run_layers(yt, ls, *a, **k))
-    monkeypatch.setattr(cost, "LOOP_LAYERS", 3)
+    monkeypatch.setattr(rates, "LOOP_LAYERS", 3)
     w = store.open_store(slice_store).layer(5)
     layer_bytes = w.indptr.nbytes + w.indices.nbytes + w.data.astype(np.float32).nbytes
     tile = kernels.tile_for(1024, 4)  # 256 images
@@ -466,8 +466,8 @@ def test_the_loop_runs_the_layers_it_holds_over_again_where_fewer_than_loop_laye
     run_layers = kernels.run_layers
     monkeypatch.setattr(kernels, "run_layers",
                         lambda yt, ls, *a, **k: seen.append([ix.size for _, ix, _ in ls]) or run_layers(yt, ls, *a, **k))
-    monkeypatch.setattr(cost, "LOOP_LAYERS", 6)
-    monkeypatch.setattr(cost, "LOOP_BYTES", 1)  # two layers held
+    monkeypatch.setattr(rates, "LOOP_LAYERS", 6)
+    monkeypatch.setattr(rates, "LOOP_BYTES", 1)  # two layers held
     cost.kernel_rate(str(slice_store), 5, "float32", width=300, seconds=0.01, loop=True)
     assert seen and all(layers == [s.layer(5).nnz, s.layer(6).nnz] * 3 for layers in seen)
 
@@ -593,7 +593,7 @@ def test_loop_multiply_adds_count_only_the_images_alive_at_each_layer():
     kill = (np.array([0, 0, 0]), np.zeros(0, dtype=np.int32), np.zeros(0))  # two outputs with no inputs: all die
     keep = (np.array([0, 1, 2]), np.array([0, 1], dtype=np.int32), np.array([1.0, 1.0]))
     yt = np.full((2, 5), 4.0)
-    assert cost._loop_macs(yt, [keep, keep, kill, keep], Rule) == 2 * 5 + 2 * 5 + 0 * 5
+    assert rates._loop_macs(yt, [keep, keep, kill, keep], Rule) == 2 * 5 + 2 * 5 + 0 * 5
     assert kernels.alive(kernels.layer_step(yt, *kill, -0.3, 32.0)).sum() == 0
 
 

@@ -181,7 +181,8 @@ def probe_memory(limit: float) -> float:
 def probe_room(client, worker: str, store, images: int, dtype: str) -> float:
     """The bytes the probe may take on ``worker`` (its memory limit, asked of the scheduler); :class:`ProbeUnfit`
     where that is too little for its smallest sample (:func:`~dasknn.cost.probe_width`)."""
-    from ..cost import PROBE_MIN_IMAGES, probe_layer_bytes, probe_width
+    from ..cost import PROBE_MIN_IMAGES, probe_width
+    from ..rates import probe_layer_bytes
     from ..runtime.recovery import memory_of
 
     limit = memory_of(client, [worker])[worker]
@@ -240,8 +241,8 @@ def _calibrate(client, workers: list[str], threads: int, store, path: str, in_pa
 
 
 def _step_rates(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray, width: int):
-    # model mode's step rates (cost.step_rates), every worker timing its place in its group at once; the mean
-    from ..cost import StepRates, step_rates
+    # model mode's step rates (rates.step_rates), every worker timing its place in its group at once; the mean
+    from ..rates import StepRates, step_rates
 
     g = int(owners.max()) + 1
     futures = [client.submit(step_rates, path, k, dtype, owners, i % g, width, workers=[w],
@@ -293,8 +294,8 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     distinct vectors among the alive images (the probe counts them); without, every alive image. A part plan made
     already (at ``plan_store``, or by default inside the store) is not counted as setup still to pay.
     """
-    from ..cost import (COLLAPSED_IMAGES, Calibration, alive_per_layer, computed_per_layer, layer_seconds, loop_timing,
-                        predict, synced_layers)
+    from ..cost import Calibration, alive_per_layer, computed_per_layer, predict, synced_layers
+    from ..rates import COLLAPSED_IMAGES, layer_seconds, loop_timing
 
     cal = Calibration(**_calibrate(client, workers, threads, store, path, in_path, images, dtype))
     if not compress:

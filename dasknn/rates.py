@@ -1,0 +1,288 @@
+"""The rates the cost model (:mod:`dasknn.cost`) times on the workers, as each mode runs its kernels: data mode's
+loop over layers at its chunks' width and what it costs a layer beyond its multiply-adds, a model-mode part's
+whole step on its blocks, and the fused kernel on a layer or a part's block. Each is a task the engine runs on every
+worker at once (:mod:`dasknn.engine.sizing`); nothing here knows Dask."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import kernels
+from .kernels.marks import column_classes
+from .plan import local_block, plan_layer, received_rows
+from .store import open_store
+
+#: Seconds each worker runs the kernel for :func:`kernel_rate`, and the multiply-adds of one call at most.
+KERNEL_SECONDS = 0.5
+KERNEL_CALL = 2e8
+#: Timed calls of :func:`kernel_rate` at least (their median is the rate).
+KERNEL_CALLS = 3
+#: Layers data mode's loop is timed over by :func:`kernel_rate` (``loop``), and the bytes of their arrays at most
+#: (at least 2 layers): a worker of 600 MB timing 8 layers of a 65,536-wide network peaked at 0.8 GB and was
+#: killed by its nanny.
+LOOP_LAYERS = 8
+LOOP_BYTES = 64 << 20
+#: Images of the chunk, all equal, and layers :func:`layer_seconds` times data mode's loop over.
+COLLAPSED_IMAGES = 64
+COLLAPSED_LAYERS = LOOP_LAYERS
+
+
+def probe_layer_bytes(store, itemsize: int) -> int:
+    """The bytes of the network's largest layer as the probe holds it (values, indices and column pointers)."""
+    return int(store.layer_entries().max()) * (itemsize + 8) + (store.neurons + 1) * 8
+
+
+def loop_bytes(layer_bytes: int, activation_bytes: int) -> int:
+    """Peak bytes :func:`kernel_rate` takes to time data mode's loop on layers of ``layer_bytes`` over activations of
+    ``activation_bytes``: its layers, and the activations about 7 times over (their draw, the loop's tiles, its
+    outputs; measured on a 65,536-wide float64 layer with a 128-image tile: 0.51 GB over the process's own
+    0.12 GB, of which 2 layers 0.05 GB)."""
+    return int(_loop_layers(layer_bytes) * layer_bytes + 7 * activation_bytes)
+
+
+def _loop_layers(layer_bytes: int) -> int:
+    # how many layers the loop is timed over: LOOP_LAYERS, fewer where they pass LOOP_BYTES, at least 2
+    return min(LOOP_LAYERS, max(2, LOOP_BYTES // max(1, layer_bytes)))
+
+
+@dataclass(frozen=True)
+class LoopTiming:
+    """Data mode's loop timed as it runs (:func:`loop_timing`)."""
+
+    rate: float  # multiply-adds per second
+    first_extra: float  # seconds its first call took beyond the others (fresh memory, the layers learnt)
+    layers: int  # the layers a call ran
+
+
+def loop_timing(path: str, k: int, dtype: str, width: int | None = None, seconds: float = KERNEL_SECONDS,
+                memory: float | None = None) -> LoopTiming:
+    """:func:`kernel_rate` of data mode's loop (``loop``), with what its first call took beyond the others: a
+    worker's first chunk of a run touches its activations' memory for the first time, as this first call does."""
+    macs, first, median, layers = _kernel_timing(path, k, dtype, None, 0, width, seconds, True, memory)
+    return LoopTiming(rate=macs / median, first_extra=max(0.0, first - median), layers=layers)
+
+
+def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None, part: int = 0,
+                width: int | None = None, seconds: float = KERNEL_SECONDS, loop: bool = False,
+                memory: float | None = None) -> float:
+    """Multiply-adds per second of the fused kernel on layer ``k`` as a mode runs it: the whole layer (data
+    mode), or part ``part``'s block of it (its columns, indexed into its own and its received rows) when
+    ``owners`` (rows ``k - 1`` and ``k`` of an owners array) is given (model mode), over ``width`` images (by
+    default one of the kernel's tiles). With ``loop``, data mode's loop over layers
+    (:func:`dasknn.kernels.run_layers`, tiles carried through :data:`LOOP_LAYERS` layers from ``k``, the first
+    ones over again where fewer are held) instead of one step: it keeps a tile's activations in cache between
+    layers, so on narrow layers it runs faster per multiply-add than a single step. The loop runs as many whole
+    tiles of ``width`` as its arrays (:func:`loop_bytes`) fit in ``memory`` bytes; where not even one tile fits,
+    one step is timed instead. The rate is that of the median of at least :data:`KERNEL_CALLS` calls after an
+    untimed one.
+
+    The activations are random: the kernel visits every entry for every image, so its time does not depend on
+    the values (the loop's multiply-adds, which depend on the images that die, are counted layer by layer
+    before the timing). The engine runs this on one worker alone and then on every worker at once, once per
+    mode: the rate depends on the block's shape and on what workers sharing a machine take from each other's
+    caches (on a 65,536 x 480 network a part's block ran 1.4 times faster per multiply-add than the whole layer
+    with two workers running). The ratios scale the probe's rate, which knows the batch's real widths.
+    """
+    macs, _, median, _ = _kernel_timing(path, k, dtype, owners, part, width, seconds, loop, memory)
+    return macs / median
+
+
+def _kernel_timing(path: str, k: int, dtype: str, owners: np.ndarray | None, part: int, width: int | None,
+                   seconds: float, loop: bool, memory: float | None) -> tuple[float, float, float, int]:
+    # kernel_rate's timing: the multiply-adds of a call, its first call's seconds, the median's, the layers a call
+    # runs (1: a step)
+    store = open_store(path, check="lazy")
+    w = store.layer(k)
+    dt = np.dtype(dtype)
+    if owners is None:
+        block, rows, extra_rows = (w.indptr, w.indices, w.data.astype(dt)), w.shape[0], 0
+    else:
+        pl = plan_layer(w, owners[0], owners[1], max(int(owners.max()), part) + 1)[part]
+        rows = int((owners[0] == part).sum())
+        indptr, indices, data = local_block(w, pl, rows)
+        block, extra_rows = (indptr, indices, data.astype(dt)), received_rows(pl)
+    nnz = max(1, block[1].size)
+    tile = kernels.tile_for(rows + extra_rows, dt.itemsize)
+    width = int(max(1, min(width or tile, max(tile, KERNEL_CALL // nnz))))
+    layer_bytes = sum(a.nbytes for a in block)
+    if loop and memory is not None:
+        # as many whole tiles of the width asked for as fit: a loop over a wide layer spends about 20 ms a layer
+        # finding its twins, shared by all the tiles of a chunk (65,536 wide, 128-image tiles: a third of a tile's
+        # sums where a chunk is one tile, a tenth where it is four)
+        while width > tile and loop_bytes(layer_bytes, rows * width * dt.itemsize) > memory:
+            width = max(tile, (width - 1) // tile * tile)
+    rng = np.random.default_rng(k)
+    # inputs at the clamp, as activations are after the first layers: images live on through a loop's layers
+    # (drawn in float32: the draw is the largest temporary)
+    yt = (rng.random((rows, width), dtype=np.float32) < 0.25).astype(dt) * dt.type(store.ymax)
+    extra = (rng.random((extra_rows, width), dtype=np.float32) < 0.25).astype(dt) if owners is not None else None
+    if loop and memory is not None and loop_bytes(layer_bytes, yt.nbytes) > memory:
+        loop = False  # the loop's layers and tiles would not fit beside the worker's own memory: one step's rate
+    if loop:
+        last = min(store.depth, k + _loop_layers(layer_bytes) - 1)
+        held = [block] + [_layer_arrays(store, j, dt) for j in range(k + 1, last + 1)]
+        # LOOP_LAYERS layers, the ones held over again where fewer fit (square layers: any order runs): a call
+        # allocates its outputs and tiles its images, which a run's segment of hundreds of layers does once
+        layers = [held[i % len(held)] for i in range(max(len(held), min(LOOP_LAYERS, store.depth)))]
+        macs = _loop_macs(yt, layers, store)
+        call = lambda: kernels.run_layers(yt, layers, store.bias, store.ymax, np.arange(width))  # noqa: E731
+    else:
+        macs = nnz * width
+        call = lambda: kernels.layer_step(yt, *block, store.bias, store.ymax, extra=extra)  # noqa: E731
+    # one whole call untimed first: it loads the machine code, and touches the memory its outputs and the
+    # thread's tile buffers take for the first time (page faults that made a fresh worker's first timing up to
+    # 6 times slower than its next on a 65,536-wide layer), as the run's second and later calls do not; then
+    # the median call of at least KERNEL_CALLS: on a shared machine one call in a few ran at a third of the rate
+    # of the others (two workers timing 65,536-wide loops at once), and a run of hundreds of layers averages
+    # such pauses away
+    first, median = _first_and_median(call, seconds)
+    return macs, first, median, len(layers) if loop else 1
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """Seconds data mode's loop spends on a layer beyond its images' multiply-adds (:func:`layer_seconds`)."""
+
+    every_chunk: float  # on every chunk: the layer read through the cache, looked at, its one vector computed
+    first_chunk: float  # once more on a worker's first chunk of a run: what the loop learns of the layer then
+
+
+def layer_seconds(path: str, k: int, dtype: str, width: int = COLLAPSED_IMAGES, seconds: float = KERNEL_SECONDS / 2,
+                  layers: int = COLLAPSED_LAYERS) -> LayerCosts:
+    """What data mode's loop spends on one layer of a chunk of ``width`` images that are all equal (as most of a
+    chunk is after the first dozen layers of the challenge's networks): read from the cache, looked at, folded, the
+    one vector left computed; and what its first call spends beyond that (finding the layer's twins and whether
+    it is of one weight, kept for the run's later chunks). ``layers`` layers from ``k`` (as many as
+    :func:`kernel_rate`'s loop holds, over again): the first call, and the median of at least :data:`KERNEL_CALLS`
+    calls after it.
+
+    A chunk pays the first on every layer whatever its images: on the real n1024-l120 a 2,500-image chunk took
+    22-45 ms for layers 7-120, where its images' multiply-adds alone come to a few; counting the kernel's tiles a
+    chunk still used instead charged it 200 ms. A worker's first chunk of a run pays the second too: 5,000 images
+    took 0.19-0.23 s there against 0.10-0.13 s for its next (the same 120 layers, one process)."""
+    from .kernels.folds import Folds
+
+    store = open_store(path, check="lazy")
+    dt = np.dtype(dtype)
+    held = [_layer_arrays(store, j, dt) for j in range(k, min(store.depth, k + _loop_layers(
+        probe_layer_bytes(store, dt.itemsize)) - 1) + 1)]
+    cycle = [held[i % len(held)] for i in range(3 * layers)]
+    # one vector, a quarter of it nonzero, repeated: it lives on through the layers (a dead chunk stops early); the
+    # chunk, its copy and the loop's buffers within LOOP_BYTES (a worker of 600 MB may run this)
+    width = int(min(width, max(16, LOOP_BYTES // (4 * store.neurons * dt.itemsize))))
+    yt = np.repeat(_varied(np.random.default_rng(k), (store.neurons, 1), dt, store.ymax), width, axis=1)
+
+    def call(n: int):
+        return lambda: kernels.run_layers(yt.copy(), cycle[:n], store.bias, store.ymax, np.arange(width), folds=Folds())
+
+    # a layer's cost once the chunk has folded: what 2 * layers more cost (the first layers run every image until
+    # the loop looks and folds them); the first call's extra: it ran the held layers for the first time
+    first, short = _first_and_median(call(layers), seconds / 2)
+    longer = _median_call(call(3 * layers), seconds / 2)
+    return LayerCosts(every_chunk=max(0.0, longer - short) / (2 * layers),
+                      first_chunk=max(0.0, first - short) / len(held))
+
+
+@dataclass(frozen=True)
+class StepRates:
+    """Rates of one part's model-mode step, timed on its own block over a chunk's width (:func:`step_rates`)."""
+
+    kernel: float  # multiply-adds per second of the fused kernel on the part's block, its received rows beside it
+    message: float  # boundary entries per second packed (the rows it sends) and unpacked (the rows it receives)
+    marks: float  # activations per second marked after a sync layer (which images live, which are equal)
+    first_step: float = 0.0  # seconds a step spends once more on its layer, on the first chunk of a run
+
+
+def step_rates(path: str, k: int, dtype: str, owners: np.ndarray, part: int, width: int,
+               seconds: float = KERNEL_SECONDS) -> StepRates:
+    """What part ``part``'s step of layer ``k`` costs in model mode, per unit, over ``width`` images: its kernel
+    (into an output reused from call to call, as the run's steps reuse their space), its messages packed and
+    unpacked, and the marks of a sync layer (alive images, equal columns), each the median of at least
+    :data:`KERNEL_CALLS` timed calls after an untimed one. ``owners`` holds rows ``k - 1`` and ``k`` of an owners
+    array. The width is capped as :func:`kernel_rate` caps it (a call of :data:`KERNEL_CALL` multiply-adds at most,
+    one of the kernel's tiles at least).
+
+    Timed at the width a chunk computes, not over one tile: on the real n1024-l120 at K = 2 the step's kernel ran at
+    about a third of its one-tile rate over 15,000-20,000 images, and packing, unpacking and marking the images
+    took as long again as the kernel, none of which a narrow sample shows.
+    """
+    store = open_store(path, check="lazy")
+    dt = np.dtype(dtype)
+    pl = plan_layer(store.layer(k), owners[0], owners[1], max(int(owners.max()), part) + 1)[part]
+    rows = int((owners[0] == part).sum())
+    indptr, indices, data = local_block(store.layer(k), pl, rows)
+    extra_rows = received_rows(pl)
+    tile = kernels.tile_for(rows + extra_rows, dt.itemsize)
+    width = int(max(1, min(width, max(tile, KERNEL_CALL // max(1, indices.size)))))
+    # a quarter of the activations nonzero, of varied values, as a real network's are after its first layers: the
+    # messages' compact form of values all at the clamp is a bitmap, packed 2.7 times faster than the real
+    # network's layer-5 activations (n1024-l120, 27 % nonzero) are
+    yt, extra = (_varied(np.random.default_rng(k + n), (n, width), dt, store.ymax) for n in (rows, extra_rows))
+    out = np.empty((indptr.size - 1, width), dtype=dt)
+    sent = np.concatenate([np.asarray(r) for r in pl.send.values()] or [np.zeros(0, np.int64)])
+    sent = sent if sent.size else np.arange(min(rows, 64))  # (a part that sends nothing: any rows, for a rate)
+    received = np.empty((sent.size, width), dtype=dt)
+
+    def messages():
+        # packed, encoded to send, decoded on arrival, unpacked: what the p2p exchange does to every message
+        message = pickle.loads(pickle.dumps(kernels.pack_rows(yt, sent, None, True), pickle.HIGHEST_PROTOCOL))
+        kernels.unpack_rows(message, received[:sent.size])
+
+    def marks():
+        kernels.alive(out)
+        column_classes(out)
+
+    step = lambda: kernels.layer_step(yt, indptr, indices, data.astype(dt), store.bias, store.ymax,  # noqa: E731
+                                      extra=extra, out=out)
+    first, median = _first_and_median(step, seconds)
+    return StepRates(kernel=float(indices.size) * width / median, first_step=max(0.0, first - median),
+                     message=float(sent.size) * width / _median_call(messages, seconds / 2),
+                     marks=float(out.size) / _median_call(marks, seconds / 2))
+
+
+def _varied(rng, shape: tuple[int, int], dt: np.dtype, ymax: float) -> np.ndarray:
+    # random activations: a quarter nonzero, uniform in (0, ymax] (drawn in float32: the largest temporary)
+    values = rng.random(shape, dtype=np.float32)
+    return np.where(values < 0.25, np.float32(ymax) * (1 - 4 * values), 0).astype(dt)
+
+
+def _median_call(call, seconds: float) -> float:
+    # the median seconds of at least KERNEL_CALLS calls of ``call`` (and ``seconds`` of them) after an untimed one
+    # (see kernel_rate)
+    return _first_and_median(call, seconds)[1]
+
+
+def _first_and_median(call, seconds: float) -> tuple[float, float]:
+    # the seconds of the first call of ``call``, and the median of at least KERNEL_CALLS calls (and ``seconds`` of
+    # them) after it
+    t0 = time.perf_counter()
+    call()
+    first = time.perf_counter() - t0
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < KERNEL_CALLS or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    return first, max(float(np.median(times)), 1e-12)
+
+
+def _layer_arrays(store, k: int, dt: np.dtype) -> tuple:
+    w = store.layer(k)
+    return w.indptr, w.indices, w.data.astype(dt)
+
+
+def _loop_macs(yt: np.ndarray, layers: list[tuple], store) -> float:
+    # the multiply-adds of the layer loop on yt: each layer's entries times the images alive at its input
+    macs = 0.0
+    for indptr, indices, data in layers:
+        if yt.shape[1] == 0:
+            break
+        macs += float(indices.size) * yt.shape[1]
+        yt = kernels.layer_step(yt, indptr, indices, data, store.bias, store.ymax)
+        yt = yt[:, kernels.alive(yt)]
+    return macs
