@@ -82,7 +82,7 @@ INFERENCE = [
     ("pipeline", [], Kill("stage1-"), ("inference",)),
     ("pipeline", ["--stream", "--results", "RESULTS"], Kill("stage0-", nth=2), ("inference",)),
     ("auto", ["--explain"], Kill("_probe_task", delay=0.05), ("probe",)),
-    ("auto", ["--explain"], Kill("kernel_rate", delay=0.05), ("probe",)),
+    ("auto", ["--explain"], Kill("loop_timing", delay=0.05), ("probe",)),
 ]
 
 
