@@ -5,7 +5,6 @@ worker at once (:mod:`dasknn.engine.sizing`); nothing here knows Dask."""
 
 from __future__ import annotations
 
-import pickle
 import time
 from dataclasses import dataclass
 
@@ -227,9 +226,11 @@ def step_rates(path: str, k: int, dtype: str, owners: np.ndarray, part: int, wid
     sent = sent if sent.size else np.arange(min(rows, 64))  # (a part that sends nothing: any rows, for a rate)
     received = np.empty((sent.size, width), dtype=dt)
 
+    from .runtime.exchange.p2p import decoded, encoded
+
     def messages():
         # packed, encoded to send, decoded on arrival, unpacked: what the p2p exchange does to every message
-        message = pickle.loads(pickle.dumps(kernels.pack_rows(yt, sent, None, True), pickle.HIGHEST_PROTOCOL))
+        message = decoded(encoded(kernels.pack_rows(yt, sent, None, True)))
         kernels.unpack_rows(message, received[:sent.size])
 
     def marks():

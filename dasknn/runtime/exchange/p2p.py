@@ -32,6 +32,17 @@ from typing import Any, ClassVar
 
 from . import Endpoint, PeerUnreachable, seceded
 
+def encoded(value: Any) -> bytes:
+    """A message's head or payload as it goes down a stream (encoded by the sending task, in its own thread)."""
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decoded(data: bytes) -> Any:
+    """What :func:`encoded` made, back (by the task that collects it, or the handler for a head): only ever bytes
+    a peer of the same run sent."""
+    return pickle.loads(data)
+
+
 #: The handler's name on every worker: a peer opens a stream with it, then writes messages down that stream.
 HANDLER = "dasknn_exchange"
 #: The plugin's name (registered once per cluster).
@@ -87,7 +98,7 @@ def _handler(worker):
                 return
             parts = frame["messages"]
             for head, body in zip(parts[::2], parts[1::2]):
-                spec, tag, sender, receiver, nbytes = pickle.loads(head)
+                spec, tag, sender, receiver, nbytes = decoded(head)
                 if spec != spec_seen or endpoint.failed is not None:
                     found = runs_of(worker).get_open(spec)
                     if found is None:  # a message for a run that ended here already (a late one): nothing waits
@@ -263,12 +274,11 @@ class PeerExchange:
             endpoint.count(tag, sender, r, nbytes)
             # encoded here, in the task's thread, not by the event loop every stream of the worker shares
             remote.append((self.workers[r], Outgoing(
-                pickle.dumps((endpoint.owner, tag, sender, r, nbytes), protocol=pickle.HIGHEST_PROTOCOL),
-                pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL), endpoint)))
+                encoded((endpoint.owner, tag, sender, r, nbytes)), encoded(payload), endpoint)))
         if remote:
             _outbox(worker).put(remote)
 
     def collect(self, endpoint: Endpoint, tag: Hashable, receiver: int, senders: tuple[int, ...],
                 args: list) -> list[tuple[Any, Any]]:
-        return [pickle.loads(m.data) if isinstance(m, Encoded) else m
+        return [decoded(m.data) if isinstance(m, Encoded) else m
                 for m in endpoint.take(tag, receiver, senders)]
