@@ -23,7 +23,6 @@ how small a compact message of their activations is. Nothing here knows Dask; th
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -38,9 +37,10 @@ from .modes import mode_of
 from .runtime.exchange.choice import P2P_MESSAGE_SECONDS
 from .rates import (  # noqa: F401 - (their old import paths, re-exported)
     COLLAPSED_IMAGES, COLLAPSED_LAYERS, KERNEL_CALL, KERNEL_CALLS, KERNEL_SECONDS, LOOP_BYTES, LOOP_LAYERS, LayerCosts,
-    LoopTiming, StepRates, kernel_rate, layer_seconds, loop_bytes, loop_timing, probe_layer_bytes, step_rates)
+    LoopTiming, StepRates, batch_sample, kernel_rate, layer_seconds, loop_bytes, loop_timing, probe_layer_bytes,
+    step_rates)
 from .stages import place_stages, stage_capacity, stage_cuts
-from .store import LayerStream, open_inputs, open_store
+from .store import LayerStream, open_store
 
 #: Multiply-adds a probe may spend (the probe runs on one worker before the timed run).
 PROBE_BUDGET = 4e9
@@ -231,7 +231,7 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
     if width == 0:
         raise MemoryError(f"the cost model's probe cannot sample {PROBE_MIN_IMAGES} images of a {store.neurons}-wide "
                           f"network in {memory / (1 << 20):,.0f} MiB")
-    yt = _sample(inputs, width, np.dtype(dtype))
+    yt = batch_sample(inputs, width, np.dtype(dtype))
     width = yt.shape[1]
     # the steps write into two buffers in turn, touched once here, as data mode's loop reuses its memory: a fresh
     # output per step is a fresh mapping whose page faults made single steps time 1.5 to 6 times slower
@@ -291,15 +291,6 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
             "read_rate": read_bytes / max(read_s, 1e-9), "alive": alive, "distinct": distinct,
             "message_factor": factor,
             "probe_layers": len(alive), "probe_images": width}
-
-
-def _sample(inputs: Any, width: int, dtype: np.dtype) -> np.ndarray:
-    # the batch's first ``width`` images as the kernels' dense transposed block, from the store or from memory
-    if isinstance(inputs, (str, os.PathLike)):
-        return kernels.dense_transposed(open_inputs(inputs).rows(0, width), dtype)
-    if getattr(inputs, "format", None) not in (None, "csr"):
-        inputs = inputs.tocsr()  # a sparse format without row slices (COO)
-    return kernels.activations_of_rows(inputs[:width], dtype)  # on the host: the probe runs on the CPU
 
 
 def _warm_up(yt: np.ndarray, layer: tuple, store, buffer: np.ndarray) -> None:

@@ -94,6 +94,38 @@ def test_loop_timing_is_kernel_rates_loop_with_its_first_call_apart(slice_store)
     assert timed.rate > 0 and timed.first_extra >= 0 and timed.layers == cost.LOOP_LAYERS
 
 
+def test_loop_timing_on_the_batch_counts_the_columns_its_layers_computed(slice_store, monkeypatch):
+    # each call "takes" 1 s (its first 2 s): the rate is then the multiply-adds the chunk's layers did
+    monkeypatch.setattr(rates, "_first_and_median", lambda call, seconds: (call(), 2.0, 1.0)[1:])
+    store = cost.open_store(str(slice_store))
+    width = 200
+    timed = rates.loop_timing(str(slice_store), 1, "float32", width=width, inputs=str(slice_store))
+    entries = store.layer_entries()[:timed.layers].astype(float)
+    # the images of the slice die and fold through its first layers: fewer than every image on every layer,
+    # more than the share below which the synthetic images are timed instead
+    full = width * entries.sum()
+    assert rates.LIVELY_SHARE * full <= timed.rate < full
+    assert timed.first_extra == 1.0
+    # the count is the columns each layer computed, as the loop records them
+    from dasknn import kernels
+    from dasknn.kernels.folds import Folds
+
+    yt = rates.batch_sample(str(slice_store), width, np.dtype("float32"))
+    layers = [rates._layer_arrays(store, k, np.dtype("float32")) for k in range(1, timed.layers + 1)]
+    columns = kernels.run_layers(yt, layers, store.bias, store.ymax, np.arange(width), folds=Folds())[2].columns
+    assert timed.rate == pytest.approx(float(np.dot(columns, entries[:columns.size])))
+
+
+def test_loop_timing_on_a_batch_that_dies_at_once_times_images_at_the_clamp(slice_store, monkeypatch):
+    # a batch of empty images: nothing is left after the first layer to time the multiply-adds by
+    store = cost.open_store(str(slice_store))
+    empty = np.zeros((300, store.neurons), dtype=np.float32)
+    synthetic = []
+    real_timing = rates._kernel_timing
+    monkeypatch.setattr(rates, "_kernel_timing", lambda *a: synthetic.append(a) or real_timing(*a))
+    timed = rates.loop_timing(str(slice_store), 1, "float32", width=300, seconds=0.05, inputs=empty)
+    assert len(synthetic) == 1 and timed.rate > 0
+
 def test_step_rates_time_a_parts_step_at_a_chunks_width(slice_store):
     # any owners: the rates of part 1's block of layer 5 under a random partition of the slice
     store = cost.open_store(str(slice_store), check="lazy")

@@ -319,12 +319,13 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
                        key=lambda p: p.seconds)
 
         if g == 1:
-            # data mode's own loop over layers, on its chunks' images, every worker running it at once (the
-            # loop's layers and tiles within half a worker's memory, beside what the worker holds itself). Timed
-            # as it runs, not as a ratio to the probe's steps: on 65,536-wide layers the ratio multiplied three
-            # timings' noise and predicted data mode 16 % to 65 % slow, this 18 % fast to 2 % slow
-            loops = _on_every_worker(client, workers, loop_timing, path, middle, dtype, mean=False,
-                                     memory=memory / 2, width=-(-images // max(1, n_chunks)))
+            # data mode's own loop over layers, a chunk of the batch's first images through the first layers
+            # (where most of the multiply-adds are), every worker running it at once (the loop's layers and tiles
+            # within half a worker's memory, beside what the worker holds itself). Timed as it runs, not as a
+            # ratio to the probe's steps: on 65,536-wide layers the ratio multiplied three timings' noise and
+            # predicted data mode 16 % to 65 % slow, this 18 % fast to 2 % slow
+            loops = _on_every_worker(client, workers, loop_timing, path, 1, dtype, mean=False, memory=memory / 2,
+                                     width=-(-images // max(1, n_chunks)), inputs=in_path)
             # the loop's cost a layer on a chunk of as many equal images as the probe saw alive at its last layer:
             # the images folded onto one vector still cost the loop a little each (0.75 ms a layer for 1,024 of
             # them on the real n1024-l120 against 0.24 ms for 64, one process)
