@@ -107,6 +107,14 @@ class Calibration:
     #: seconds data mode's first chunk on a worker takes beyond its next for its memory, touched afresh in each run
     #: (:func:`loop_timing`'s first call beyond its layers' learning)
     first_chunk_seconds: float = 0.0
+    #: images a second a worker reads from the batch and makes dense, as a chunk's first task does (the probe's
+    #: sample; 0: not counted): 5,000 of the real n1024-l120's images took 18-37 ms, a tenth of their chunk's loop
+    image_rate: float = 0.0
+
+    def core_share(self, threads: float) -> float:
+        """The share of a core each of ``threads`` threads computing at once has: 1 where the workers' machines
+        have a core for each (or their cores are unknown), else their cores over the threads."""
+        return 1.0 if not self.cores else min(1.0, self.cores / max(1.0, float(threads)))
 
     def as_dict(self, per_layer: bool = True) -> dict:
         """The calibration as plain values; without ``per_layer``, its rates alone (the lists with an entry a
@@ -231,7 +239,9 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
     if width == 0:
         raise MemoryError(f"the cost model's probe cannot sample {PROBE_MIN_IMAGES} images of a {store.neurons}-wide "
                           f"network in {memory / (1 << 20):,.0f} MiB")
+    t0 = time.perf_counter()
     yt = batch_sample(inputs, width, np.dtype(dtype))
+    sample_s = time.perf_counter() - t0
     width = yt.shape[1]
     # the steps write into two buffers in turn, touched once here, as data mode's loop reuses its memory: a fresh
     # output per step is a fresh mapping whose page faults made single steps time 1.5 to 6 times slower
@@ -289,7 +299,7 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
     stream.close()
     return {"kernel_rate": macs / max(kernel_s, 1e-9), "message_rate": entries / max(message_s, 1e-9),
             "read_rate": read_bytes / max(read_s, 1e-9), "alive": alive, "distinct": distinct,
-            "message_factor": factor,
+            "message_factor": factor, "image_rate": width / max(sample_s, 1e-9),
             "probe_layers": len(alive), "probe_images": width}
 
 
@@ -377,6 +387,9 @@ def predict(
     busy_threads = min(threads, chunks * g * per_thread) if g > 1 else min(threads, chunks)
     macs = images * float(np.dot(alive, layer_nnz))
     compute = macs / (cal.kernel_rates.get(g, cal.kernel_rate) * busy_threads)
+    # each chunk's images read and made dense first: by its worker in data mode, by each of its parts (their own
+    # rows) in model mode
+    compute += images * g / (cal.image_rate * busy_threads) if cal.image_rate else 0.0
     if g == 1:
         # the loop's cost a layer, whatever is left, and once on each worker's first chunk what it learns of the layer
         compute += (chunks * depth * cal.layer_seconds / busy_threads + depth * cal.layer_setup_seconds
@@ -488,6 +501,8 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     # each stage's seconds on one chunk (at the rate of every worker running at once), and its share of the weights
     stage_seconds = [chunk_images * float(np.dot(alive[s.first - 1:s.last], nnz[s.first - 1:s.last])) / rate
                      + (s.last - s.first + 1) * cal.layer_seconds for s in cuts]
+    if cal.image_rate:
+        stage_seconds[0] += chunk_images / cal.image_rate  # the first stage reads each chunk's images
     stage_share = max(float(nnz[s.first - 1:s.last].sum()) for s in cuts) / max(1.0, float(nnz.sum()))
     largest = weight_bytes * stage_share
     per_pipeline = -(-chunks // pipelines)

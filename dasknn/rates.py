@@ -57,6 +57,7 @@ class LoopTiming:
     rate: float  # multiply-adds per second
     first_extra: float  # seconds its first call took beyond the others (fresh memory, the layers learnt)
     layers: int  # the layers a call ran
+    cpu_rate: float = 0.0  # multiply-adds per CPU second of its thread (0: not timed; see clock_rate)
 
 
 def loop_timing(path: str, k: int, dtype: str, width: int | None = None, seconds: float = KERNEL_SECONDS,
@@ -78,8 +79,9 @@ def loop_timing(path: str, k: int, dtype: str, width: int | None = None, seconds
         timed = _batch_loop_timing(path, k, dtype, inputs, width, seconds, memory)
         if timed is not None:
             return timed
-    macs, first, median, layers = _kernel_timing(path, k, dtype, None, 0, width, seconds, True, memory)
-    return LoopTiming(rate=macs / median, first_extra=max(0.0, first - median), layers=layers)
+    macs, times, layers = _kernel_timing(path, k, dtype, None, 0, width, seconds, True, memory)
+    return LoopTiming(rate=macs / times.median, first_extra=max(0.0, times.first - times.median), layers=layers,
+                      cpu_rate=macs / times.cpu_median)
 
 
 #: The share of its layers' full load (every image computed on every layer) below which a sample of the batch is
@@ -113,8 +115,9 @@ def _batch_loop_timing(path: str, k: int, dtype: str, inputs: Any, width: int | 
     macs = float(np.dot(columns, entries))
     if macs < LIVELY_SHARE * yt.shape[1] * float(sum(layer[1].size for layer in layers)):
         return None
-    first, median = _first_and_median(call, seconds)
-    return LoopTiming(rate=macs / median, first_extra=max(0.0, first - median), layers=n_layers)
+    times = _timed_calls(call, seconds)
+    return LoopTiming(rate=macs / times.median, first_extra=max(0.0, times.first - times.median), layers=n_layers,
+                      cpu_rate=macs / times.cpu_median)
 
 
 def batch_sample(inputs: Any, width: int, dtype: np.dtype) -> np.ndarray:
@@ -149,14 +152,13 @@ def kernel_rate(path: str, k: int, dtype: str, owners: np.ndarray | None = None,
     caches (on a 65,536 x 480 network a part's block ran 1.4 times faster per multiply-add than the whole layer
     with two workers running). The ratios scale the probe's rate, which knows the batch's real widths.
     """
-    macs, _, median, _ = _kernel_timing(path, k, dtype, owners, part, width, seconds, loop, memory)
-    return macs / median
+    macs, times, _ = _kernel_timing(path, k, dtype, owners, part, width, seconds, loop, memory)
+    return macs / times.median
 
 
 def _kernel_timing(path: str, k: int, dtype: str, owners: np.ndarray | None, part: int, width: int | None,
-                   seconds: float, loop: bool, memory: float | None) -> tuple[float, float, float, int]:
-    # kernel_rate's timing: the multiply-adds of a call, its first call's seconds, the median's, the layers a call
-    # runs (1: a step)
+                   seconds: float, loop: bool, memory: float | None) -> tuple[float, CallTimes, int]:
+    # kernel_rate's timing: the multiply-adds of a call, its calls' times, the layers a call runs (1: a step)
     store = open_store(path, check="lazy")
     w = store.layer(k)
     dt = np.dtype(dtype)
@@ -201,8 +203,7 @@ def _kernel_timing(path: str, k: int, dtype: str, owners: np.ndarray | None, par
     # the median call of at least KERNEL_CALLS: on a shared machine one call in a few ran at a third of the rate
     # of the others (two workers timing 65,536-wide loops at once), and a run of hundreds of layers averages
     # such pauses away
-    first, median = _first_and_median(call, seconds)
-    return macs, first, median, len(layers) if loop else 1
+    return macs, _timed_calls(call, seconds), len(layers) if loop else 1
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,7 @@ class StepRates:
     message: float  # boundary entries per second packed (the rows it sends) and unpacked (the rows it receives)
     marks: float  # activations per second marked after a sync layer (which images live, which are equal)
     first_step: float = 0.0  # seconds a step spends once more on its layer, on the first chunk of a run
+    kernel_cpu: float = 0.0  # the kernel's multiply-adds per CPU second of its thread (0: not timed; clock_rate)
 
 
 def step_rates(path: str, k: int, dtype: str, owners: np.ndarray, part: int, width: int,
@@ -302,10 +304,16 @@ def step_rates(path: str, k: int, dtype: str, owners: np.ndarray, part: int, wid
 
     step = lambda: kernels.layer_step(yt, indptr, indices, data.astype(dt), store.bias, store.ymax,  # noqa: E731
                                       extra=extra, out=out)
-    first, median = _first_and_median(step, seconds)
-    return StepRates(kernel=float(indices.size) * width / median, first_step=max(0.0, first - median),
+    # the step's machine code loaded first, on one image: a worker that had not run a step took 0.24 s more on its
+    # first call, once a process, where the layer's own first call (what a run's first chunk pays on each of its
+    # layers, multiplied by them) took 0-1.3 ms more than the next (the real n1024-l120, K = 4)
+    kernels.layer_step(np.ascontiguousarray(yt[:, :1]), indptr, indices, data.astype(dt), store.bias, store.ymax,
+                       extra=np.ascontiguousarray(extra[:, :1]))
+    times = _timed_calls(step, seconds)
+    macs = float(indices.size) * width
+    return StepRates(kernel=macs / times.median, first_step=max(0.0, times.first - times.median),
                      message=float(sent.size) * width / _median_call(messages, seconds / 2),
-                     marks=float(out.size) / _median_call(marks, seconds / 2))
+                     marks=float(out.size) / _median_call(marks, seconds / 2), kernel_cpu=macs / times.cpu_median)
 
 
 def _varied(rng, shape: tuple[int, int], dt: np.dtype, ymax: float) -> np.ndarray:
@@ -323,16 +331,46 @@ def _median_call(call, seconds: float) -> float:
 def _first_and_median(call, seconds: float) -> tuple[float, float]:
     # the seconds of the first call of ``call``, and the median of at least KERNEL_CALLS calls (and ``seconds`` of
     # them) after it
+    times = _timed_calls(call, seconds)
+    return times.first, times.median
+
+
+@dataclass(frozen=True)
+class CallTimes:
+    """A timed call's seconds on the clock: its first call's, the median of the calls after it; and that median in
+    CPU seconds of the calling thread."""
+
+    first: float
+    median: float
+    cpu_median: float
+
+
+def _timed_calls(call, seconds: float) -> CallTimes:
+    # the first call of ``call``, then at least KERNEL_CALLS calls (and ``seconds`` of them on the clock)
     t0 = time.perf_counter()
     call()
     first = time.perf_counter() - t0
     times: list[float] = []
+    cpu: list[float] = []
     start = time.perf_counter()
     while len(times) < KERNEL_CALLS or time.perf_counter() - start < seconds:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         call()
         times.append(time.perf_counter() - t0)
-    return first, max(float(np.median(times)), 1e-12)
+        cpu.append(time.thread_time() - c0)
+    return CallTimes(first=first, median=max(float(np.median(times)), 1e-12),
+                     cpu_median=max(float(np.median(cpu)), 1e-12))
+
+
+def clock_rate(rate: float, cpu_rate: float, share: float) -> float:
+    """A kernel's rate on the clock with every worker running at once: as timed on the clock (``rate``, which
+    counts what else takes the worker's core meanwhile: its event loop, its messages), but at most its rate per
+    CPU second (``cpu_rate``; 0: not timed) times the ``share`` of a core each worker's thread has
+    (:meth:`~dasknn.cost.Calibration.core_share`). Where the threads outnumber the cores the timings overlap
+    only in part (each worker stops when its own calls are done, and the last run with the cores to
+    themselves): four workers on two cores timed data mode's loop at a mean of 3.2e9 to 6.4e9 multiply-adds a
+    second on the clock, two at 7.7-8.0e9."""
+    return min(rate, cpu_rate * share) if cpu_rate > 0 else rate
 
 
 def _layer_arrays(store, k: int, dt: np.dtype) -> tuple:

@@ -92,11 +92,29 @@ def test_model_mode_counts_its_steps_at_the_rates_timed_on_its_blocks():
 def test_loop_timing_is_kernel_rates_loop_with_its_first_call_apart(slice_store):
     timed = cost.loop_timing(str(slice_store), 5, "float32", width=300, seconds=0.05)
     assert timed.rate > 0 and timed.first_extra >= 0 and timed.layers == cost.LOOP_LAYERS
+    # its thread's CPU seconds are at most the clock's (a little more where the two clocks tick apart)
+    assert timed.cpu_rate >= 0.9 * timed.rate
+
+
+def test_a_rate_on_the_clock_is_at_most_the_cpu_rate_times_the_core_share():
+    # four workers' threads on two cores: half a core each, whatever the clock said
+    assert rates.clock_rate(6e9, 8e9, 0.5) == 4e9
+    # a core each: the clock's, which counts what else the worker's core did meanwhile
+    assert rates.clock_rate(7e9, 8e9, 1.0) == 7e9
+    assert rates.clock_rate(7e9, 0.0, 0.5) == 7e9  # (no CPU rate timed)
+    assert _cal(cores=2).core_share(4) == 0.5 and _cal(cores=8).core_share(4) == _cal().core_share(4) == 1.0
+
+
+def test_step_rates_are_shared_out_on_the_clock(slice_store):
+    store = cost.open_store(str(slice_store), check="lazy")
+    owners = np.random.default_rng(0).integers(0, 2, size=(2, store.neurons))
+    timed = rates.step_rates(str(slice_store), 5, "float32", owners, 1, 300, seconds=0.05)
+    assert timed.kernel > 0 and timed.kernel_cpu >= 0.9 * timed.kernel
 
 
 def test_loop_timing_on_the_batch_counts_the_columns_its_layers_computed(slice_store, monkeypatch):
     # each call "takes" 1 s (its first 2 s): the rate is then the multiply-adds the chunk's layers did
-    monkeypatch.setattr(rates, "_first_and_median", lambda call, seconds: (call(), 2.0, 1.0)[1:])
+    monkeypatch.setattr(rates, "_timed_calls", lambda call, seconds: call() and rates.CallTimes(2.0, 1.0, 1.0))
     store = cost.open_store(str(slice_store))
     width = 200
     timed = rates.loop_timing(str(slice_store), 1, "float32", width=width, inputs=str(slice_store))
@@ -288,6 +306,12 @@ def test_reads_hide_behind_compute_only_on_spare_cores(cores, hidden):
     assert p.seconds == pytest.approx(p.compute + p.tasks + p.read)
 
 
+def test_each_chunks_images_are_read_before_it_computes():
+    # 1,000 images at 1e5 a second on 2 threads: by the worker of each chunk in data mode, by both parts in model
+    assert _predict(_cal(image_rate=1e5), 1).compute == pytest.approx(_predict(_cal(), 1).compute + 1000 / 2e5)
+    assert _predict(_cal(image_rate=1e5), 2).compute == pytest.approx(_predict(_cal(), 2).compute + 2 * 1000 / 2e5)
+
+
 def _no_partitioning(monkeypatch):
     # the client may not compute a partition (the sample runs on a worker, another process)
     from dasknn import partition
@@ -400,9 +424,9 @@ def test_model_modes_step_is_timed_over_the_images_a_chunk_computes(client, fres
     timed = []
     real = sizing._step_rates
 
-    def spy(client, workers, path, dtype, k, owners, width):
+    def spy(client, workers, path, dtype, k, owners, width, share):
         timed.append(width)
-        return real(client, workers, path, dtype, k, owners, width)
+        return real(client, workers, path, dtype, k, owners, width, share)
 
     monkeypatch.setattr(sizing, "_step_rates", spy)
     result = engine.infer(fresh_store, client=client, mode="model", explain=True, images=600, chunks=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -240,14 +241,17 @@ def _calibrate(client, workers: list[str], threads: int, store, path: str, in_pa
     return figures
 
 
-def _step_rates(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray, width: int):
-    # model mode's step rates (rates.step_rates), every worker timing its place in its group at once; the mean
-    from ..rates import StepRates, step_rates
+def _step_rates(client, workers: list[str], path: str, dtype: str, k: int, owners: np.ndarray, width: int,
+                share: float = 1.0):
+    # model mode's step rates (rates.step_rates), every worker timing its place in its group at once; the mean,
+    # the kernel's on the clock of a thread with ``share`` of a core (rates.clock_rate)
+    from ..rates import StepRates, clock_rate, step_rates
 
     g = int(owners.max()) + 1
     futures = [client.submit(step_rates, path, k, dtype, owners, i % g, width, workers=[w],
                              allow_other_workers=False, pure=False) for i, w in enumerate(workers)]
-    timed = gather_watched(client, futures, workers)
+    timed = [replace(r, kernel=clock_rate(r.kernel, r.kernel_cpu, share))
+             for r in gather_watched(client, futures, workers)]
     return StepRates(*(float(np.mean([getattr(r, f) for r in timed]))
                        for f in ("kernel", "message", "marks", "first_step")))
 
@@ -295,7 +299,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     already (at ``plan_store``, or by default inside the store) is not counted as setup still to pay.
     """
     from ..cost import Calibration, alive_per_layer, computed_per_layer, predict, synced_layers
-    from ..rates import COLLAPSED_IMAGES, layer_seconds, loop_timing
+    from ..rates import COLLAPSED_IMAGES, clock_rate, layer_seconds, loop_timing
 
     cal = Calibration(**_calibrate(client, workers, threads, store, path, in_path, images, dtype))
     if not compress:
@@ -331,7 +335,8 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
             # them on the real n1024-l120 against 0.24 ms for 64, one process)
             folded = max(COLLAPSED_IMAGES, int(images / max(1, n_chunks) * alive_per_layer(cal, store.depth)[-1]))
             costs = _on_every_worker(client, workers, layer_seconds, path, middle, dtype, mean=False, width=folded)
-            cal.kernel_rates[1] = float(np.mean([t.rate for t in loops]))
+            share = cal.core_share(min(threads, n_chunks))
+            cal.kernel_rates[1] = float(np.mean([clock_rate(t.rate, t.cpu_rate, share) for t in loops]))
             cal.layer_seconds = float(np.mean([c.every_chunk for c in costs]))
             cal.layer_setup_seconds = float(np.mean([c.first_chunk for c in costs]))
             # what the loop's first call took beyond its layers' learning: its chunk's memory touched afresh
@@ -350,7 +355,8 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
         computed = computed_per_layer(cal, store.depth)[synced_layers(store.depth, sync_every)] * nnz
         weighted = float(np.dot(computed, computed / np.maximum(nnz, 1)) / max(computed.sum(), 1e-12))
         width = max(1, int(round(images / max(1, min(n_chunks, images)) * weighted)))
-        rates = _step_rates(client, workers, path, dtype, middle, window, width)
+        busy = min(threads, min(n_chunks, images) * g * threads / len(workers))  # (as cost.predict counts them)
+        rates = _step_rates(client, workers, path, dtype, middle, window, width, cal.core_share(busy))
         cal.kernel_rates[g], cal.message_rates[g], cal.mark_rates[g] = rates.kernel, rates.message, rates.marks
         cal.step_setup_seconds[g] = rates.first_step
         return model(volumes, setup, source)

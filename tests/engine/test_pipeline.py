@@ -275,6 +275,8 @@ def test_pipeline_prediction_fill_drain_boundary_and_memory():
     assert lighter.compute < p.compute
     # the loop's cost a layer, on every chunk: a stage's 2 layers, 5 stage times
     assert _predict(_cal(layer_seconds=1e-4)).compute == pytest.approx((5e-4 + 2e-4) * (4 + 1))
+    # the first stage reads each chunk's 250 images (at 1e6 a second) before its layers
+    assert _predict(_cal(image_rate=1e6)).compute == pytest.approx((5e-4 + 2.5e-4) * (4 + 1))
     # 4 stages' threads on 2 cores: a stage alone (the fill, the drain) runs at twice the rate timed with every
     # worker running; the stages' work together is what the cores do (4 stages of 1 layer, 125-image chunks:
     # 1.25e-4 s a chunk each): the cores' share, 8 chunks of all 4 stages on 4 threads, is the larger here
