@@ -92,6 +92,8 @@ def main() -> None:
         r = got["report"]
         print(json.dumps({"run": f"--memory-limit {args.memory_limit}" + (" (cold cache)" if args.cold else ""),
                           "rc": got["rc"], "wall_s": got["wall_s"], "peak_mb": got["peak_mb"],
+                          # the run's named parts (the JSON's timings) together, against the wall above
+                          "timings_s": round(sum(r.get("timings", {}).values()), 1),
                           "each_mb": got["each_mb"], "mode": r.get("mode"), "streamed": r.get("streamed"), "chunks": r.get("chunks"),
                           "probe_images": r.get("calibration", {}).get("probe_images"),
                           "losses": [(x["phase"], len(x["lost"])) for x in r.get("recoveries", [])],
