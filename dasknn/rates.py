@@ -103,6 +103,10 @@ def _batch_loop_timing(path: str, k: int, dtype: str, inputs: Any, width: int | 
     if memory is not None:  # as many whole tiles as fit beside the layers (see _kernel_timing)
         while width > tile and loop_bytes(layer_bytes, store.neurons * width * dt.itemsize) > memory:
             width = max(tile, (width - 1) // tile * tile)
+        if loop_bytes(layer_bytes, store.neurons * width * dt.itemsize) > memory:
+            # not even one tile's loop fits: one step's rate, as _kernel_timing times it (a 200-image chunk of a
+            # 65,536-wide network took 313 MB more here, and a worker of 600 MB was lost in the probe)
+            return None
     yt = batch_sample(inputs, width, dt)
     layers = [_layer_arrays(store, j, dt) for j in range(k, k + n_layers)]
     ids = np.arange(yt.shape[1])

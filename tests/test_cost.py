@@ -134,6 +134,14 @@ def test_loop_timing_on_the_batch_counts_the_columns_its_layers_computed(slice_s
     assert timed.rate == pytest.approx(float(np.dot(columns, entries[:columns.size])))
 
 
+def test_loop_timing_on_the_batch_leaves_it_where_not_one_tile_fits_the_memory(slice_store, monkeypatch):
+    synthetic = []
+    real_timing = rates._kernel_timing
+    monkeypatch.setattr(rates, "_kernel_timing", lambda *a: synthetic.append(a) or real_timing(*a))
+    rates.loop_timing(str(slice_store), 1, "float32", width=300, seconds=0.05, memory=1e3, inputs=str(slice_store))
+    assert len(synthetic) == 1  # (which then times one step: test_the_loop_is_timed_only_where_...)
+
+
 def test_loop_timing_on_a_batch_that_dies_at_once_times_images_at_the_clamp(slice_store, monkeypatch):
     # a batch of empty images: nothing is left after the first layer to time the multiply-adds by
     store = cost.open_store(str(slice_store))
