@@ -107,6 +107,12 @@ def _warm(spec: WarmSpec, xp) -> None:
         twice = xp.ascontiguousarray(xp.concatenate([yt, yt], axis=1))
         for layers in ([layer], [layer] * (cpu.GROUP_LAYERS + 1)):
             run_layers(twice, layers, 0.0, 1.0, np.arange(0, twice.shape[1]), folds=Folds())
+        if xp is np:
+            # one step on the layer as the store gives it (its pointers in scipy's index dtype, not the int64 of
+            # a part's block): the cost model's probe and loop timings step so. Left out, a cold run's probe
+            # worker compiled it itself, and compiling holds memory for good: both workers of 600 MB were lost
+            # on the default 65,536-wide run (issue 42)
+            layer_step(yt, *layer, 0.0, 1.0)
     if spec.steps:
         _warm_step(dtype, images, spec.compact, spec.overlap and xp is np, xp)
     if spec.training:

@@ -284,3 +284,25 @@ def test_a_cold_cache_is_filled_by_a_child_process_and_this_one_loads(tmp_path):
     assert got["first"] is True and got["again"] is False  # once: the cache is no longer empty
     assert got["compiled"] == 0 and got["loaded"] > 0
     assert any((tmp_path / "cache").rglob("*.nbi"))
+
+
+def test_the_loops_warm_up_steps_on_a_layer_as_the_store_gives_it(slice_store, monkeypatch):
+    # the probe and the loop timings step on the layers as a LayerStream gives them (scipy's index dtypes): the
+    # warm-up, compiled apart on a cold cache, must hold that signature, or the probe's worker compiles it itself
+    # (and keeps the compiler's memory: issue 42's workers of 600 MB lost on a cold run)
+    from dasknn.kernels import warm as kernels_warm
+    from dasknn.store import LayerStream
+
+    seen = []
+    real = kernels_warm.layer_step
+
+    def spy(yt, indptr, indices, *args, **kwargs):
+        seen.append((indptr.dtype, indices.dtype))
+        return real(yt, indptr, indices, *args, **kwargs)
+
+    monkeypatch.setattr(kernels_warm, "layer_step", spy)
+    warm_kernels(WarmSpec(dtype="float64", loop=True))
+    stream = LayerStream(slice_store, "float64")
+    indptr, indices, _ = stream.layer(1)
+    stream.close()
+    assert (indptr.dtype, indices.dtype) in seen
