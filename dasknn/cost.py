@@ -384,7 +384,7 @@ def predict(
     resident = fits if resident is None else resident
     per_thread = threads / workers
     # the same multiply-adds in every mode, spread over the threads that have chunks to run
-    busy_threads = min(threads, chunks * g * per_thread) if g > 1 else min(threads, chunks)
+    busy_threads = busy_thread_count(threads, workers, chunks, g)
     macs = images * float(np.dot(alive, layer_nnz))
     compute = macs / (cal.kernel_rates.get(g, cal.kernel_rate) * busy_threads)
     # each chunk's images read and made dense first: by its worker in data mode, by each of its parts (their own
@@ -439,6 +439,14 @@ def predict(
                       seconds=seconds, compute=compute, exchange=exchange, tasks=task_time, read=read,
                       setup_seconds=float(setup), volumes_from=volumes_from if g > 1 else "",
                       transport=transport if g > 1 else "", load_seconds=float(load))
+
+
+def busy_thread_count(threads: int, workers: int, chunks: int, group_size: int) -> float:
+    """The threads that have chunks to run at once: each chunk a thread in data mode (``group_size`` 1), each chunk
+    a thread of each of its group's workers in model and hybrid mode; at most ``threads``."""
+    if group_size == 1:
+        return min(threads, chunks)
+    return min(threads, chunks * group_size * threads / workers)
 
 
 def p2p_layer_seconds(messages: float) -> float:

@@ -45,6 +45,16 @@ def loop_bytes(layer_bytes: int, activation_bytes: int) -> int:
     return int(_loop_layers(layer_bytes) * layer_bytes + 7 * activation_bytes)
 
 
+def _fitting_width(width: int, tile: int, layer_bytes: int, column_bytes: int, memory: float | None) -> int:
+    # the width asked for, cut to as many whole tiles as let a loop's layers and tiles fit in ``memory`` bytes (at
+    # least one tile; None: unbounded). Whether even that fits is the caller's test: a loop over a wide layer
+    # spends about 20 ms a layer finding its twins, shared by all the tiles of a chunk (65,536 wide, 128-image
+    # tiles: a third of a tile's sums where a chunk is one tile, a tenth where it is four)
+    while memory is not None and width > tile and loop_bytes(layer_bytes, column_bytes * width) > memory:
+        width = max(tile, (width - 1) // tile * tile)
+    return width
+
+
 def _loop_layers(layer_bytes: int) -> int:
     # how many layers the loop is timed over: LOOP_LAYERS, fewer where they pass LOOP_BYTES, at least 2
     return min(LOOP_LAYERS, max(2, LOOP_BYTES // max(1, layer_bytes)))
@@ -99,14 +109,11 @@ def _batch_loop_timing(path: str, k: int, dtype: str, inputs: Any, width: int | 
     layer_bytes = probe_layer_bytes(store, dt.itemsize)
     n_layers = min(_loop_layers(layer_bytes), store.depth - k + 1)
     tile = kernels.tile_for(store.neurons, dt.itemsize)
-    width = int(max(1, width or tile))
-    if memory is not None:  # as many whole tiles as fit beside the layers (see _kernel_timing)
-        while width > tile and loop_bytes(layer_bytes, store.neurons * width * dt.itemsize) > memory:
-            width = max(tile, (width - 1) // tile * tile)
-        if loop_bytes(layer_bytes, store.neurons * width * dt.itemsize) > memory:
-            # not even one tile's loop fits: one step's rate, as _kernel_timing times it (a 200-image chunk of a
-            # 65,536-wide network took 313 MB more here, and a worker of 600 MB was lost in the probe)
-            return None
+    width = _fitting_width(int(max(1, width or tile)), tile, layer_bytes, store.neurons * dt.itemsize, memory)
+    if memory is not None and loop_bytes(layer_bytes, store.neurons * width * dt.itemsize) > memory:
+        # not even one tile's loop fits: one step's rate, as _kernel_timing times it (a 200-image chunk of a
+        # 65,536-wide network took 313 MB more here, and a worker of 600 MB was lost in the probe)
+        return None
     yt = batch_sample(inputs, width, dt)
     layers = [_layer_arrays(store, j, dt) for j in range(k, k + n_layers)]
     ids = np.arange(yt.shape[1])
@@ -177,12 +184,8 @@ def _kernel_timing(path: str, k: int, dtype: str, owners: np.ndarray | None, par
     tile = kernels.tile_for(rows + extra_rows, dt.itemsize)
     width = int(max(1, min(width or tile, max(tile, KERNEL_CALL // nnz))))
     layer_bytes = sum(a.nbytes for a in block)
-    if loop and memory is not None:
-        # as many whole tiles of the width asked for as fit: a loop over a wide layer spends about 20 ms a layer
-        # finding its twins, shared by all the tiles of a chunk (65,536 wide, 128-image tiles: a third of a tile's
-        # sums where a chunk is one tile, a tenth where it is four)
-        while width > tile and loop_bytes(layer_bytes, rows * width * dt.itemsize) > memory:
-            width = max(tile, (width - 1) // tile * tile)
+    if loop:
+        width = _fitting_width(width, tile, layer_bytes, rows * dt.itemsize, memory)
     rng = np.random.default_rng(k)
     # inputs at the clamp, as activations are after the first layers: images live on through a loop's layers
     # (drawn in float32: the draw is the largest temporary)
@@ -306,12 +309,13 @@ def step_rates(path: str, k: int, dtype: str, owners: np.ndarray, part: int, wid
         kernels.alive(out)
         column_classes(out)
 
-    step = lambda: kernels.layer_step(yt, indptr, indices, data.astype(dt), store.bias, store.ymax,  # noqa: E731
+    values = data.astype(dt)  # (once: the run's steps hold their block's values cast already)
+    step = lambda: kernels.layer_step(yt, indptr, indices, values, store.bias, store.ymax,  # noqa: E731
                                       extra=extra, out=out)
     # the step's machine code loaded first, on one image: a worker that had not run a step took 0.24 s more on its
     # first call, once a process, where the layer's own first call (what a run's first chunk pays on each of its
     # layers, multiplied by them) took 0-1.3 ms more than the next (the real n1024-l120, K = 4)
-    kernels.layer_step(np.ascontiguousarray(yt[:, :1]), indptr, indices, data.astype(dt), store.bias, store.ymax,
+    kernels.layer_step(np.ascontiguousarray(yt[:, :1]), indptr, indices, values, store.bias, store.ymax,
                        extra=np.ascontiguousarray(extra[:, :1]))
     times = _timed_calls(step, seconds)
     macs = float(indices.size) * width

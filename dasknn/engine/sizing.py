@@ -298,7 +298,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     distinct vectors among the alive images (the probe counts them); without, every alive image. A part plan made
     already (at ``plan_store``, or by default inside the store) is not counted as setup still to pay.
     """
-    from ..cost import Calibration, alive_per_layer, computed_per_layer, predict, synced_layers
+    from ..cost import Calibration, alive_per_layer, busy_thread_count, computed_per_layer, predict, synced_layers
     from ..rates import COLLAPSED_IMAGES, clock_rate, layer_seconds, loop_timing
 
     cal = Calibration(**_calibrate(client, workers, threads, store, path, in_path, images, dtype))
@@ -335,7 +335,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
             # them on the real n1024-l120 against 0.24 ms for 64, one process)
             folded = max(COLLAPSED_IMAGES, int(images / max(1, n_chunks) * alive_per_layer(cal, store.depth)[-1]))
             costs = _on_every_worker(client, workers, layer_seconds, path, middle, dtype, mean=False, width=folded)
-            share = cal.core_share(min(threads, n_chunks))
+            share = cal.core_share(busy_thread_count(threads, len(workers), n_chunks, 1))
             cal.kernel_rates[1] = float(np.mean([clock_rate(t.rate, t.cpu_rate, share) for t in loops]))
             cal.layer_seconds = float(np.mean([c.every_chunk for c in costs]))
             cal.layer_setup_seconds = float(np.mean([c.first_chunk for c in costs]))
@@ -355,7 +355,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
         computed = computed_per_layer(cal, store.depth)[synced_layers(store.depth, sync_every)] * nnz
         weighted = float(np.dot(computed, computed / np.maximum(nnz, 1)) / max(computed.sum(), 1e-12))
         width = max(1, int(round(images / max(1, min(n_chunks, images)) * weighted)))
-        busy = min(threads, min(n_chunks, images) * g * threads / len(workers))  # (as cost.predict counts them)
+        busy = busy_thread_count(threads, len(workers), min(n_chunks, images), g)
         rates = _step_rates(client, workers, path, dtype, middle, window, width, cal.core_share(busy))
         cal.kernel_rates[g], cal.message_rates[g], cal.mark_rates[g] = rates.kernel, rates.message, rates.marks
         cal.step_setup_seconds[g] = rates.first_step
