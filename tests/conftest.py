@@ -97,12 +97,29 @@ def _leftovers() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob(LEFTOVERS)}
 
 
+_DASK_SCRATCH = pytest.StashKey[str]()
+
+
 def pytest_sessionstart(session):
     session.config.stash[_BEFORE] = _leftovers()
+    # Dask's workers keep their scratch space (two lock files) in the temporary folder, where it stayed after a
+    # run: the session's clusters, and the dasknn commands the tests run (through the environment), keep theirs in
+    # a folder of the session's own, removed at its end
+    import dask
+
+    scratch = tempfile.mkdtemp(prefix="dasknn-tests-dask-")
+    session.config.stash[_DASK_SCRATCH] = scratch
+    os.environ["DASK_TEMPORARY_DIRECTORY"] = scratch
+    dask.config.set({"temporary-directory": scratch})
 
 
 def pytest_sessionfinish(session, exitstatus):
     # after every fixture's teardown (the clusters closed): what is new there fails the run, named
+    import shutil
+
+    scratch = session.config.stash.get(_DASK_SCRATCH, None)
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
     before = session.config.stash.get(_BEFORE, None)
     left = sorted(_leftovers() - before) if before is not None else []
     if not left:

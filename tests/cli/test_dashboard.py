@@ -59,7 +59,10 @@ async def _load_page(browser: str, url: str, timeout: float = 30.0) -> tuple[lis
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
         proc = subprocess.Popen([browser, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
                                  "--remote-debugging-address=127.0.0.1", "about:blank"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                # its own temporary files (an org.chromium.Chromium.* folder stayed behind) go in
+                                # the profile, removed with it
+                                env={**os.environ, "TMPDIR": profile})
         try:
             port_file = Path(profile) / "DevToolsActivePort"  # Chromium writes its port here once it listens
             deadline = time.monotonic() + timeout
