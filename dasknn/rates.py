@@ -213,6 +213,10 @@ def _kernel_timing(path: str, k: int, dtype: str, owners: np.ndarray | None, par
     return macs, _timed_calls(call, seconds), len(layers) if loop else 1
 
 
+#: First calls :func:`layer_seconds` times, each on fresh copies of its layers (their median is what it learns).
+FIRST_CALLS = 3
+
+
 @dataclass(frozen=True)
 class LayerCosts:
     """Seconds data mode's loop spends on a layer beyond its images' multiply-adds (:func:`layer_seconds`)."""
@@ -246,12 +250,28 @@ def layer_seconds(path: str, k: int, dtype: str, width: int = COLLAPSED_IMAGES, 
     width = int(min(width, max(16, LOOP_BYTES // (4 * store.neurons * dt.itemsize))))
     yt = np.repeat(_varied(np.random.default_rng(k), (store.neurons, 1), dt, store.ymax), width, axis=1)
 
-    def call(n: int):
-        return lambda: kernels.run_layers(yt.copy(), cycle[:n], store.bias, store.ymax, np.arange(width), folds=Folds())
+    def call(n: int, layers: list = cycle):
+        return lambda: kernels.run_layers(yt.copy(), layers[:n], store.bias, store.ymax, np.arange(width),
+                                          folds=Folds())
 
+    def first_call() -> float:
+        # a call on fresh copies of the held layers: what the loop learns of a layer it keeps by the layer's
+        # arrays, so it learns each copy afresh
+        copies = [tuple(a.copy() for a in layer) for layer in held]
+        run = call(layers, [copies[i % len(copies)] for i in range(layers)])
+        t0 = time.perf_counter()
+        run()
+        return time.perf_counter() - t0
+
+    # the loop's machine code loaded first: the first call in a fresh process took 0.18 s a layer more than the
+    # next on a 65,536-wide network, 0.02 s once its code was loaded, and multiplied by 480 layers that charged
+    # data mode's prediction 14.6 s it never spent; then the median of FIRST_CALLS first calls (one, divided by
+    # the 2-3 layers held and multiplied by 480, turned a pause of 20 ms into 5 s)
+    first_call()
+    first = float(np.median([first_call() for _ in range(FIRST_CALLS)]))
     # a layer's cost once the chunk has folded: what 2 * layers more cost (the first layers run every image until
-    # the loop looks and folds them); the first call's extra: it ran the held layers for the first time
-    first, short = _first_and_median(call(layers), seconds / 2)
+    # the loop looks and folds them); the first calls' extra: they ran the held layers for the first time
+    short = _median_call(call(layers), seconds / 2)
     longer = _median_call(call(3 * layers), seconds / 2)
     return LayerCosts(every_chunk=max(0.0, longer - short) / (2 * layers),
                       first_chunk=max(0.0, first - short) / len(held))
@@ -312,11 +332,13 @@ def step_rates(path: str, k: int, dtype: str, owners: np.ndarray, part: int, wid
     values = data.astype(dt)  # (once: the run's steps hold their block's values cast already)
     step = lambda: kernels.layer_step(yt, indptr, indices, values, store.bias, store.ymax,  # noqa: E731
                                       extra=extra, out=out)
-    # the step's machine code loaded first, on one image: a worker that had not run a step took 0.24 s more on its
-    # first call, once a process, where the layer's own first call (what a run's first chunk pays on each of its
-    # layers, multiplied by them) took 0-1.3 ms more than the next (the real n1024-l120, K = 4)
-    kernels.layer_step(np.ascontiguousarray(yt[:, :1]), indptr, indices, values, store.bias, store.ymax,
-                       extra=np.ascontiguousarray(extra[:, :1]))
+    # the step's machine code loaded first, at the timed width on copies of the block (what a step learns of its
+    # layer it keeps by the layer's arrays): a worker that had not run a step took 0.24 s more on its first call,
+    # once a process, where the layer's own first call (what a run's first chunk pays on each of its layers,
+    # multiplied by them) took 0-1.3 ms more than the next (the real n1024-l120, K = 4); loaded on one image only,
+    # the wider path's code still cost the first call 0.1 s on a 65,536-wide layer
+    kernels.layer_step(yt, indptr.copy(), indices.copy(), values.copy(), store.bias, store.ymax, extra=extra,
+                       out=np.empty_like(out))
     times = _timed_calls(step, seconds)
     macs = float(indices.size) * width
     return StepRates(kernel=macs / times.median, first_step=max(0.0, times.first - times.median),
