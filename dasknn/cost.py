@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from . import kernels
+from .kernels.ends import ENDS_EVERY, ENDS_MOST_COLUMNS, next_span, next_stop
 from .kernels.marks import column_classes
 from .kernels.warm import WarmSpec, warm_kernels
 from .locations import is_url
@@ -63,6 +64,9 @@ PROBE_ACTIVATIONS = 1 << 21
 PROBE_COPIES = 6
 #: Layers the probe holds at once at most (the stream's layer and its read-ahead, the warm-up's, scipy's copies).
 PROBE_LAYERS = 4
+#: Stored bytes the probe's stream keeps of what it reads, to time decoding its first layer again from memory
+#: (:attr:`Calibration.decode_rate`): a 65,536-wide layer of random weights stores in about 7.5 MB.
+PROBE_HOLD_BYTES = 16 << 20
 #: Images the probe samples at least where the batch has them: in less memory than that takes, it cannot run
 #: (``auto`` then runs the mode that needs least memory).
 PROBE_MIN_IMAGES = 16
@@ -110,6 +114,11 @@ class Calibration:
     #: images a second a worker reads from the batch and makes dense, as a chunk's first task does (the probe's
     #: sample; 0: not counted): 5,000 of the real n1024-l120's images took 18-37 ms, a tenth of their chunk's loop
     image_rate: float = 0.0
+    #: decoded bytes per second one worker decodes of layers it keeps as stored (the hold: a streaming worker's later
+    #: chunks read what its first fetched from memory), and the stored bytes of a decoded byte (0: not measured;
+    #: every read then costs ``read_rate``)
+    decode_rate: float = 0.0
+    stored_share: float = 0.0
 
     def core_share(self, threads: float) -> float:
         """The share of a core each of ``threads`` threads computing at once has: 1 where the workers' machines
@@ -252,7 +261,7 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
     kernel_s = read_s = message_s = 0.0
     entries = 0
     read_bytes = 0
-    stream = LayerStream(path, dtype, keep=1)
+    stream = LayerStream(path, dtype, keep=1, hold_bytes=PROBE_HOLD_BYTES)
     remote = is_url(path)  # (a local store's reads are decoding, bounded by the budgets of multiply-adds)
     _warm_up(yt, stream.layer(1), store, buffers[1])
     for k in range(1, store.depth + 1):
@@ -262,10 +271,10 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
         read_bytes += indptr.nbytes + indices.nbytes + data.nbytes
         keep = kernels.alive(yt) if k > 1 else np.ones(yt.shape[1], dtype=bool)
         alive.append(float(keep.sum()) * per_column)
-        # the collapse: how many distinct vectors the alive images hold (the columns a folding run computes; in the
-        # tail, the distinct among its columns scaled as they are: an upper bound)
+        # the collapse: how many distinct vectors the alive images hold (the columns a folding run computes)
         classes = column_classes(yt)
-        distinct.append(float(np.count_nonzero(keep & (classes == np.arange(classes.size)))) * per_column)
+        distinct.append(distinct_share(int(np.count_nonzero(keep & (classes == np.arange(classes.size)))),
+                                       per_column, width))
         # dropped in place as model mode drops them: its blocks stay C-ordered (yt[:, keep] is not), so the messages
         # packed below are of the run's layout (and of the signature the warm-up compiled)
         yt = kernels.keep_columns(yt, keep) if not keep.all() else yt
@@ -296,11 +305,45 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
             # the budget spent: a few of the images carried on, each standing for its share of those alive
             per_column *= yt.shape[1] / PROBE_TAIL_IMAGES
             yt = np.ascontiguousarray(yt[:, :PROBE_TAIL_IMAGES])
+    decode_rate, stored_share = _decode_timing(stream, read_bytes)
     stream.close()
     return {"kernel_rate": macs / max(kernel_s, 1e-9), "message_rate": entries / max(message_s, 1e-9),
-            "read_rate": read_bytes / max(read_s, 1e-9), "alive": alive, "distinct": distinct,
+            "read_rate": read_bytes / max(read_s, 1e-9), "decode_rate": decode_rate, "stored_share": stored_share,
+            "alive": alive, "distinct": distinct,
             "message_factor": factor, "image_rate": width / max(sample_s, 1e-9),
             "probe_layers": len(alive), "probe_images": width}
+
+
+def _decode_timing(stream: LayerStream, read_bytes: int) -> tuple[float, float]:
+    # the probe's first layer read again from what its stream kept (as a streaming worker's later chunks read
+    # theirs): decoded bytes a second, and the stored bytes of a decoded byte; (0, 0) where it kept nothing
+    held = stream.store.held
+    if held is None or not held.held or not read_bytes:
+        return 0.0, 0.0
+    stored_share = held.fetched / read_bytes
+    before = held.fetched
+    t0 = time.perf_counter()
+    indptr, indices, data = stream.layer(1)
+    seconds = time.perf_counter() - t0
+    decoded = indptr.nbytes + indices.nbytes + data.nbytes
+    if held.fetched - before > 0.5 * decoded * stored_share:  # (not kept whole: fetched again, not a decode)
+        return 0.0, stored_share
+    return decoded / max(seconds, 1e-9), stored_share
+
+
+def distinct_share(classes: int, per_column: float, width: int) -> float:
+    """The share of the batch's images that are distinct vectors, from ``classes`` distinct among the probe's
+    columns, each standing for ``per_column`` of the batch, of a sample ``width`` images wide.
+
+    Where each column is one image (``per_column`` is ``1 / width``) that is the count itself. In the tail, where
+    each column stands for several alive images, one class is taken as one vector (the tail's images all equal,
+    as the challenge's collapse leaves them) and each further class as every image its column stands for: scaling
+    every class by its columns, one vector left of 172 alive at 65,536 x 480 counted as 11 from layer 15 to 480,
+    and charged data mode's prediction 6 s of multiply-adds in a run of 24 s.
+    """
+    if classes <= 0:
+        return 0.0
+    return 1.0 / width + (classes - 1) * per_column
 
 
 def _warm_up(yt: np.ndarray, layer: tuple, store, buffer: np.ndarray) -> None:
@@ -321,6 +364,44 @@ def read_seconds(cal: Calibration, total_bytes: float, workers: int) -> float:
     link: one host's workers read no faster together than one of them alone)."""
     readers = min(workers, cal.readers) if cal.readers else workers
     return float(total_bytes) / (cal.read_rate * max(1, readers))
+
+
+def stream_read_seconds(cal: Calibration, pass_bytes: float, passes: int, workers: int,
+                        hold_bytes: float = 0.0, later_share: float = 1.0) -> float:
+    """Seconds ``workers`` streaming at once spend reading, all of them together, where each reads ``pass_bytes``
+    (decoded) ``passes`` times (once for each chunk it runs; a later chunk ``later_share`` of it,
+    :func:`later_pass_share`). The first pass fetches and decodes at the probe's rate (:func:`read_seconds`); a
+    later pass decodes from memory what its worker kept as stored, up to ``hold_bytes``
+    (:func:`~dasknn.engine.sizing.stream_hold_bytes`), at :attr:`Calibration.decode_rate`, every worker on its
+    own at once, and fetches the rest again. Without a measured decode rate every pass fetches."""
+    again = max(0, int(passes) - 1) * later_share
+    held = 0.0
+    if again and cal.decode_rate and cal.stored_share and pass_bytes:
+        held = min(1.0, float(hold_bytes) / (pass_bytes * cal.stored_share))
+    fetched = read_seconds(cal, pass_bytes * workers * (1 + again * (1.0 - held)), workers)
+    return fetched + (pass_bytes * again * held / cal.decode_rate if held else 0.0)
+
+
+def later_pass_share(cal: Calibration, depth: int, first: int, last: int, chunk_images: float,
+                     images: int) -> float:
+    """The share of layers ``first..last`` (data mode's network, a pipeline stage) that a worker's later chunk
+    of a run runs, and streamed reads, where its chunks share their ends (:mod:`~dasknn.kernels.ends`): up to the
+    first of the loop's stops after which the batch holds :data:`~dasknn.kernels.ends.ENDS_MOST_COLUMNS` distinct
+    vectors at most (an earlier chunk on the worker met them there and left their ends); all of them where the
+    probe saw no such collapse, or where images do not fold. Measured at 65,536 x 480 with 200 images: a stage's
+    second chunk streamed 17 and 33 of its 240 layers, where each chunk was charged all of them."""
+    if not cal.distinct or last < first:
+        return 1.0
+    share = _per_layer(cal.distinct, depth)
+    done, span, columns = first - 1, ENDS_EVERY, float(chunk_images)
+    while done < last:
+        stop = min(last, next_stop(done, span))
+        after = float(share[min(stop, depth - 1)])  # (the share the layer after ``stop`` computes)
+        span, columns = next_span(span, columns, after * chunk_images), after * chunk_images
+        if stop < last and after * images <= ENDS_MOST_COLUMNS:
+            return (stop - first + 1) / (last - first + 1)
+        done = stop
+    return 1.0
 
 
 def _per_layer(values: list[float], depth: int) -> np.ndarray:
@@ -348,6 +429,7 @@ def predict(
     volumes_from: str = "",
     transport: str = "tasks",
     neurons: int = 0,
+    hold_bytes: float = 0.0,
 ) -> Prediction:
     """Predicted seconds of a run with groups of ``group_size`` workers (1: data mode).
 
@@ -372,6 +454,8 @@ def predict(
     neurons
         Model and hybrid modes: the network's width, for the marks made after each sync layer over every part's
         rows (at :attr:`Calibration.mark_rates`); 0: not counted.
+    hold_bytes
+        Streamed: the bytes of what it fetched a worker keeps for its later chunks (:func:`stream_read_seconds`).
     """
     depth = layer_nnz.size
     alive = computed_per_layer(cal, depth)  # (where images fold, only the distinct ones are computed and sent)
@@ -390,16 +474,22 @@ def predict(
     # each chunk's images read and made dense first: by its worker in data mode, by each of its parts (their own
     # rows) in model mode
     compute += images * g / (cal.image_rate * busy_threads) if cal.image_rate else 0.0
+    # the chunks a streaming worker runs, each a pass over its layers (its part's in model mode); in data mode a
+    # later chunk's pass ends where the worker's chunks share their ends
+    passes = 1 if resident else -(-chunks // max(1, workers // g))
+    later = later_pass_share(cal, depth, 1, depth, images / max(1, chunks), images) if g == 1 else 1.0
+    learnt = 1 + (passes - 1) * later
     if g == 1:
-        # the loop's cost a layer, whatever is left, and once on each worker's first chunk what it learns of the layer
-        compute += (chunks * depth * cal.layer_seconds / busy_threads + depth * cal.layer_setup_seconds
+        # the loop's cost a layer, whatever is left, and what it learns of a layer on each worker's first chunk (on
+        # every chunk where the layers are streamed: each pass decodes them afresh)
+        compute += (chunks * depth * cal.layer_seconds / busy_threads + learnt * depth * cal.layer_setup_seconds
                     + cal.first_chunk_seconds)
     exchange = read = load = 0.0
     if not resident:
-        # each chunk reads the whole network once (data mode), or each part its share of it (model mode): the
-        # network's bytes x chunks, all workers together. Reading a local store is mostly decoding: the read-ahead
+        # each chunk reads the whole network once (data mode), or each part its share of it (model mode), from the
+        # store or from what its worker kept of it. Reading a local store is mostly decoding: the read-ahead
         # thread hides it behind compute only on a core the kernels leave idle, else it adds to the time
-        read_total = read_seconds(cal, weight_bytes * chunks, workers)
+        read_total = stream_read_seconds(cal, weight_bytes / g, passes, workers, hold_bytes, later)
         hidden = 1.0 if not cal.cores else min(1.0, max(0, cal.cores - threads) / workers)
         read = (1.0 - hidden) * read_total + hidden * max(0.0, read_total - compute)
     else:
@@ -411,7 +501,7 @@ def predict(
     else:
         vol = np.asarray(volumes, dtype=float)
         entries = images * float(np.dot(alive, vol))  # boundary entries crossing, all groups together
-        compute += depth * cal.step_setup_seconds.get(g, 0.0)  # once, on each part's first chunk
+        compute += passes * depth * cal.step_setup_seconds.get(g, 0.0)  # on each part's first chunk (each, streamed)
         pack = entries / (cal.message_rates.get(g, cal.message_rate) * busy_threads)
         if neurons and g in cal.mark_rates:
             # after each sync layer every part marks its rows of the images it computed: which live, which are equal
@@ -479,7 +569,7 @@ def computed_per_layer(cal: Calibration, depth: int) -> np.ndarray:
 def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, weight_bytes: float, memory: float,
                      workers: int, threads: int, chunks: int, stages: int, neurons: int, itemsize: int,
                      weights_share: float, resident: bool | None = None,
-                     memory_limits: list[float] | None = None) -> Prediction:
+                     memory_limits: list[float] | None = None, hold_bytes: float = 0.0) -> Prediction:
     """Predicted seconds of pipeline mode: ``workers / stages`` pipelines of ``stages`` workers, each holding the
     consecutive layers :func:`~dasknn.stages.place_stages` gives it (``memory_limits``: each worker's, where they
     differ; else ``memory`` each), or streaming the layers of the cut by work alone (``resident`` False; None:
@@ -490,6 +580,8 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     the last to drain it), unless the workers' cores are fewer than the stages' threads: then every stage's work
     shares them. The activations of the images alive at each stage boundary (dense, ``neurons`` x images) cross to
     the next worker. A worker must hold its stage's weights: the largest stage's share of ``weight_bytes``.
+    Streamed, a stage worker keeps up to ``hold_bytes`` of what it fetched for its later chunks
+    (:func:`stream_read_seconds`).
     """
     depth = layer_nnz.size
     alive = computed_per_layer(cal, depth)  # (where images fold, only the distinct ones are computed and cross)
@@ -520,17 +612,22 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     slowest = max(stage_seconds) / shared
     compute = max(slowest * (per_pipeline / per_thread + stages - 1),
                   sum(stage_seconds) * per_pipeline / (stages * per_thread))
-    # the first chunk's pass learns every stage's layers, and touches each stage's memory, in turn
-    compute += depth * cal.layer_setup_seconds + stages * cal.first_chunk_seconds
+    # the first chunk's pass learns every stage's layers, and touches each stage's memory, in turn; streamed, each
+    # chunk's learns its stage's layers afresh, the stages side by side
+    later = [later_pass_share(cal, depth, s.first, s.last, chunk_images, images) for s in cuts]
+    learning = 1.0 if resident else max(1.0, (1 + (per_pipeline - 1) * max(later)) / stages)
+    compute += learning * depth * cal.layer_setup_seconds + stages * cal.first_chunk_seconds
     # the images alive after each stage but the last (alive[last] is the share entering the next layer)
     crossing = sum(float(alive[s.last]) for s in cuts[:-1])
     sent = images * neurons * itemsize * crossing
     exchange = sent / (cal.transfer_rate * workers) if sent else 0.0
     read = load = 0.0
     if not resident:
-        # each stage worker reads its stage's layers once per chunk it runs, behind compute where a core is spare:
-        # its largest stage's share of the network per chunk, each worker at once
-        read_total = read_seconds(cal, largest * per_pipeline * workers, workers)
+        # each stage worker reads its stage's layers once per chunk it runs (from what it kept of them, where it
+        # could), behind compute where a core is spare: its largest stage's share of the network, each worker at once
+        read_total = max(stream_read_seconds(cal, weight_bytes * float(nnz[s.first - 1:s.last].sum()) / nnz.sum(),
+                                             per_pipeline, workers, hold_bytes, share)
+                         for s, share in zip(cuts, later))
         hidden = 1.0 if not cal.cores else min(1.0, max(0, cal.cores - threads) / workers)
         read = (1.0 - hidden) * read_total + hidden * max(0.0, read_total - compute)
     else:

@@ -626,6 +626,78 @@ def test_a_workers_first_chunk_pays_what_the_loop_learns_of_each_layer_once():
     assert two.compute - _predict(_cal(), 2).compute == pytest.approx(3 * 1e-3)
 
 
+def test_a_streaming_worker_learns_its_layers_again_on_every_chunk():
+    # 4 chunks over 2 workers, streamed: each worker's 2 chunks decode the 3 layers afresh, and learn them again
+    tiny = dict(memory=1_000)
+    plain, setup = _predict(_cal(), 1, **tiny), _predict(_cal(layer_setup_seconds=1e-3), 1, **tiny)
+    assert not setup.resident and setup.compute - plain.compute == pytest.approx(2 * 3 * 1e-3)
+    steps = _predict(_cal(step_setup_seconds={2: 1e-3}), 2, **tiny)
+    assert steps.compute - _predict(_cal(), 2, **tiny).compute == pytest.approx(4 * 3 * 1e-3)  # (one group)
+
+
+def test_a_streaming_workers_later_chunks_decode_what_it_kept():
+    # 4 chunks over 2 workers: each streams the network (24,000 bytes decoded) twice. Kept whole (2,400 stored
+    # bytes, 0.1 of a decoded byte), the second pass only decodes, each worker its own at once
+    tiny = dict(memory=1_000)
+    cal = _cal(read_rate=1e3, decode_rate=4e3, stored_share=0.1)
+    fetched = _predict(cal, 1, **tiny)
+    assert not fetched.resident
+    assert fetched.read == pytest.approx(24_000 * 4 / (1e3 * 2) - fetched.compute)  # every pass fetched
+    held = _predict(cal, 1, hold_bytes=2_400, **tiny)
+    assert held.read == pytest.approx(24_000 * 2 / (1e3 * 2) + 24_000 / 4e3 - held.compute)
+    assert cost.stream_read_seconds(cal, 24_000, 2, 2, 2_400) == pytest.approx(24 + 6)
+    # half of it kept: the rest fetched again
+    assert cost.stream_read_seconds(cal, 24_000, 2, 2, 1_200) == pytest.approx(72_000 / (1e3 * 2) + 3)
+    assert held.read < _predict(cal, 1, hold_bytes=1_200, **tiny).read < fetched.read
+    # one chunk a worker fetches once whatever it keeps; without a measured decode rate every pass fetches
+    assert cost.stream_read_seconds(cal, 24_000, 1, 2, 2_400) == pytest.approx(24_000 * 2 / (1e3 * 2))
+    assert _predict(_cal(read_rate=1e3), 1, hold_bytes=2_400, **tiny).read == pytest.approx(fetched.read)
+    # a pipeline's streamed stage keeps its layers alike (each stage worker its largest stage's share)
+    stage = dict(images=1000, layer_nnz=np.array([1000, 1000, 1000, 1000]), weight_bytes=48_000, memory=1_000,
+                 workers=2, threads=2, chunks=4, stages=2, neurons=100, itemsize=8, weights_share=0.25)
+    kept, again = (cost.predict_pipeline(cal, **stage, hold_bytes=h) for h in (2_400, 0))
+    assert not kept.resident and kept.read < again.read
+
+
+def test_a_later_chunk_runs_its_layers_up_to_the_stop_that_finds_its_ends():
+    # 200 images that fold onto one vector from layer 21 on, 2 chunks of 100: the first stop, after layer 32 (the
+    # loop stops every ENDS_EVERY layers), finds the ends the worker's first chunk left there
+    collapsed = _cal(distinct=[1.0] * 20 + [1 / 200] * 80)
+    assert cost.later_pass_share(collapsed, 100, 1, 100, 100, 200) == pytest.approx(32 / 100)
+    # a pipeline's second stage, layers 51-100: its chunks stop after layer 64
+    assert cost.later_pass_share(collapsed, 100, 51, 100, 100, 200) == pytest.approx(14 / 50)
+    # the collapse after layer 70: the stops back off while they find nothing (32, then 96)
+    late = _cal(distinct=[1.0] * 70 + [1 / 200] * 30)
+    assert cost.later_pass_share(late, 100, 1, 100, 100, 200) == pytest.approx(96 / 100)
+    # nothing collapses, or images do not fold: every layer
+    assert cost.later_pass_share(_cal(distinct=[1.0] * 100), 100, 1, 100, 100, 200) == 1.0
+    assert cost.later_pass_share(_cal(), 100, 1, 100, 100, 200) == 1.0
+    # streamed: each worker's second chunk reads a third of the network (4 chunks over 2 workers)
+    tiny, slow = dict(memory=1_000, layer_nnz=np.full(100, 10)), dict(read_rate=1e3)
+    whole = _predict(_cal(**slow, distinct=[1.0] * 100), 1, **tiny)
+    short = _predict(_cal(**slow, distinct=[1.0] * 20 + [1 / 200] * 80, alive=[1.0] * 100), 1, images=200, **tiny)
+    assert short.read + short.compute == pytest.approx(24_000 * 2 * (1 + 0.32) / (1e3 * 2))
+    assert whole.read + whole.compute == pytest.approx(24_000 * 2 * 2 / (1e3 * 2))
+
+
+def test_the_probes_distinct_share_counts_one_vector_where_its_tail_collapsed():
+    # each column one image of a 100-image sample: the count itself
+    assert cost.distinct_share(5, 1 / 100, 100) == pytest.approx(0.05)
+    # a tail's columns each standing for 10 images: one class is one vector, each further class its column's images
+    assert cost.distinct_share(1, 0.1, 100) == pytest.approx(0.01)
+    assert cost.distinct_share(3, 0.1, 100) == pytest.approx(0.01 + 2 * 0.1)
+    assert cost.distinct_share(0, 0.1, 100) == 0.0
+
+
+def test_the_probe_times_decoding_its_first_layer_again_from_what_it_kept(slice_store):
+    figures = cost.probe(str(slice_store), str(slice_store), 200, "float64")
+    assert figures["decode_rate"] > 0
+    # the stored bytes of a decoded byte: the slice's layers compress (values float32 decoded as float64)
+    assert 0 < figures["stored_share"] < 1
+    assert cost.Calibration(**{**dict(kernel_rate=1e9, message_rate=1e8, transfer_rate=1e9, task_seconds=1e-3,
+                                      probe_layers=1, probe_images=1), **figures}).decode_rate == figures["decode_rate"]
+
+
 def test_loop_bytes_counts_the_layers_and_the_activations_tiles():
     # a 65,536-wide float64 layer (25 MB) over a 128-image tile (67 MB): 2 layers within LOOP_BYTES
     assert cost.loop_bytes(25 << 20, 67 << 20) == 2 * (25 << 20) + 7 * (67 << 20)

@@ -195,7 +195,8 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
             # a cut whose every stage fits may be less balanced than the cut by work alone (workers of different
             # memory): the stages are held only where the cost model predicts that faster than streaming them
             held, streamed = (pipeline_prediction(calibration, store, count, threads, len(workers), g, o.chunks,
-                                                  o.dtype, memory, weight_bytes, r, list(limits.values()))
+                                                  o.dtype, memory, weight_bytes, r, list(limits.values()),
+                                                  o.keep_layers)
                               for r in (True, False))
             resident = held.seconds <= streamed.seconds
 
@@ -344,7 +345,7 @@ def _probe(recovery: Recovery, store, path: str, sample, count: int, weight_byte
         return predict_modes(client, workers, threads, store, path, sample, count, o.dtype, memory, weight_bytes,
                              o.partition, o.chunks, o.sync_every, o.resident, o.explain, group_size, o.exchange,
                              pipeline, o.group_size if pipeline else None, o.compress,
-                             None if o.plan_store is None else str(location(o.plan_store)))
+                             None if o.plan_store is None else str(location(o.plan_store)), o.keep_layers)
 
     recovery.enter("probe")
     return recovery.run(measure)

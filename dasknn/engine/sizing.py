@@ -16,11 +16,14 @@ from ..kernels.cpu import TWIN_MIN_IMAGES
 from ..locations import is_url, join, location
 from ..partition import layer_volumes
 from ..runtime.recovery import gather_watched
+from .options import InferenceOptions
 from .owners import check_partition, kept_report, stored_partition
 
 
 #: Share of a worker's memory limit its weights may take before ``auto`` spreads the layers over more workers.
 WEIGHTS_SHARE = 0.25
+#: Layers a stream keeps at once by default (``--keep-layers``).
+KEEP_LAYERS = InferenceOptions.keep_layers
 #: A worker's memory a partition takes per neuron of the network's width: the hypergraph partition of a generated
 #: 65,536 x 480 network, K = 2, peaked at about 450 MB (BENCHMARKS.md, issue 16); the layers are read one at a time.
 PARTITION_NEURON_BYTES = 7e3
@@ -279,7 +282,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
                   memory: float, weight_bytes: int, partition, chunks: int | None, sync_every: int,
                   resident: bool | None, everything: bool, group_size: int | None, exchange: str = "auto",
                   pipeline: bool = False, stages: int | None = None, compress: bool = True,
-                  plan_store: str | None = None):
+                  plan_store: str | None = None, keep_layers: int = KEEP_LAYERS):
     """The cost model's predictions for data mode, every model/hybrid grouping the workers allow, and pipeline mode
     (``stages`` workers a pipeline: by default one pipeline over all of them) where it is the mode asked for
     (``pipeline``), data mode cannot hold the weights, or the store is behind a URL (where every worker reading all
@@ -296,7 +299,8 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     ``exchange`` names, or for ``"auto"`` with the cheaper of the two (as
     :func:`~dasknn.runtime.exchange.choice.choose_exchange` decides). With ``compress`` every mode computes only the
     distinct vectors among the alive images (the probe counts them); without, every alive image. A part plan made
-    already (at ``plan_store``, or by default inside the store) is not counted as setup still to pay.
+    already (at ``plan_store``, or by default inside the store) is not counted as setup still to pay. A streaming
+    worker keeps what it fetched for its later chunks where its memory has room beside ``keep_layers`` layers.
     """
     from ..cost import Calibration, alive_per_layer, busy_thread_count, computed_per_layer, predict, synced_layers
     from ..rates import COLLAPSED_IMAGES, clock_rate, layer_seconds, loop_timing
@@ -311,6 +315,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     def one(g: int, data: Prediction | None = None):
         res = resident if resident is not None else weight_bytes / g <= WEIGHTS_SHARE * memory
         n_chunks = chunks or default_chunks(images, threads, len(workers), g, res)
+        hold = 0 if res else stream_hold_bytes(store, dtype, keep_layers, memory, -(-images // max(1, n_chunks)))
 
         def model(volumes=None, setup: float = 0.0, source: str = ""):
             transports = [exchange] if exchange != "auto" else ["tasks", "p2p"]
@@ -318,7 +323,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
                                 workers=len(workers), threads=threads, chunks=min(n_chunks, images), group_size=g,
                                 volumes=volumes, itemsize=itemsize, weights_share=WEIGHTS_SHARE,
                                 sync_every=sync_every, resident=res, setup=setup, volumes_from=source,
-                                transport=t, neurons=store.neurons)
+                                transport=t, neurons=store.neurons, hold_bytes=hold)
                         for t in (transports if g > 1 else ["tasks"])),
                        key=lambda p: p.seconds)
 
@@ -372,13 +377,14 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
         from ..runtime.recovery import memory_of
 
         out.append(pipeline_prediction(cal, store, images, threads, len(workers), k, chunks, dtype, memory,
-                                       weight_bytes, resident, list(memory_of(client, workers).values())))
+                                       weight_bytes, resident, list(memory_of(client, workers).values()),
+                                       keep_layers))
     return cal, out
 
 
 def pipeline_prediction(cal, store, images: int, threads: int, workers: int, k: int, chunks: int | None,
                         dtype: str, memory: float, weight_bytes: int, resident: bool | None,
-                        memory_limits: list[float] | None = None) -> Prediction:
+                        memory_limits: list[float] | None = None, keep_layers: int = KEEP_LAYERS) -> Prediction:
     """Pipeline mode's prediction (:func:`~dasknn.cost.predict_pipeline`) with the chunks it would run
     (:func:`pipeline_chunks`, where ``chunks`` is None), its stages placed by the workers' ``memory_limits``."""
     from ..cost import predict_pipeline
@@ -386,10 +392,12 @@ def pipeline_prediction(cal, store, images: int, threads: int, workers: int, k: 
     nnz = store.layer_entries()
     res = resident if resident is not None else weight_bytes / k <= WEIGHTS_SHARE * memory
     n_chunks = chunks or pipeline_chunks(images, k, workers // k, default_chunks(images, threads, workers, k, res))
+    hold = stream_hold_bytes(store, dtype, keep_layers, memory, -(-images // max(1, n_chunks)))
     return predict_pipeline(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,
                             workers=workers, threads=threads, chunks=min(n_chunks, images), stages=k,
                             neurons=store.neurons, itemsize=np.dtype(dtype).itemsize, weights_share=WEIGHTS_SHARE,
-                            resident=resident, memory_limits=memory_limits)  # (None: resident where it fits)
+                            resident=resident, memory_limits=memory_limits,  # (None: resident where it fits)
+                            hold_bytes=hold)
 
 
 def _exchange_estimate(workers: list[str], store, path: str, partition, g: int, nnz: np.ndarray,
