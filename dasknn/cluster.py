@@ -174,20 +174,41 @@ def local_client(
         n = workers or max(1, (os.cpu_count() or 1) // max(1, threads_per_worker))
         if n < 1 or threads_per_worker < 1:
             raise DasknnError("--workers and --threads-per-worker must be at least 1")
-        cluster = _started_deaf(lambda: LocalCluster(
-                n_workers=n,
-                threads_per_worker=threads_per_worker,
-                processes=True,
-                host="127.0.0.1",
-                # the scheduler's HTTP routes (and the dashboard, where bokeh is installed) on a free local port: a
-                # fixed 8787 collides with any other cluster on the machine
-                dashboard_address="127.0.0.1:0",
-                memory_limit=memory_limit,
-                silence_logs=logging.ERROR,
-                preload=[__name__],  # dask_setup: a worker restarted after a loss deaf to Ctrl-C too
-                **secure,
-            ), workers=n)
-        yield from _run_then_close(cluster, security)
+        with _scratch_folder() as scratch:
+            cluster = _started_deaf(lambda: LocalCluster(
+                    n_workers=n,
+                    threads_per_worker=threads_per_worker,
+                    processes=True,
+                    host="127.0.0.1",
+                    # the scheduler's HTTP routes (and the dashboard, where bokeh is installed) on a free local
+                    # port: a fixed 8787 collides with any other cluster on the machine
+                    dashboard_address="127.0.0.1:0",
+                    memory_limit=memory_limit,
+                    silence_logs=logging.ERROR,
+                    preload=[__name__],  # dask_setup: a worker restarted after a loss deaf to Ctrl-C too
+                    # the workers' and the scheduler's (each a Dask server with a scratch space)
+                    local_directory=scratch,
+                    scheduler_kwargs={} if scratch is None else {"local_directory": scratch},
+                    **secure,
+                ), workers=n)
+            yield from _run_then_close(cluster, security)
+
+
+@contextlib.contextmanager
+def _scratch_folder() -> Iterator[str | None]:
+    """A folder for a local cluster's workers' scratch space (their lock files, data they spill), removed once
+    the cluster is closed: Dask's default, a ``dask-scratch-space`` in the temporary folder, stayed there after
+    every ``dasknn infer``. None (Dask's own choice) where Dask's ``temporary-directory`` is configured."""
+    import dask
+
+    if dask.config.get("temporary-directory", None):
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="dasknn-dask-")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 #: Seconds a local cluster's worker processes may take to be spawned (not started) while Ctrl-C is ignored.

@@ -85,3 +85,37 @@ def test_a_local_cluster_survives_restarts_past_the_lost_worker_timeout():
             restarts += 1
             assert len(client.nthreads()) == 1
     assert restarts >= 3
+
+
+SCRATCH_SCRIPT = textwrap.dedent('''
+    from dasknn.cluster import local_client
+
+    if __name__ == "__main__":
+        with local_client(workers=1) as client:
+            print("scratch:", next(iter(client.run(lambda dask_worker: dask_worker.local_directory).values())))
+''')
+
+
+@pytest.mark.subprocess
+def test_a_local_clusters_scratch_space_is_removed_with_it(tmp_path):
+    # Dask's workers keep their scratch space (lock files, spilled data) in a dask-scratch-space folder of the
+    # temporary folder, which stayed after every `dasknn infer`: a local cluster's goes in a folder of its own,
+    # removed once it is closed (unless the user configured Dask's temporary-directory)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    script = tmp_path / "scratch.py"
+    script.write_text(SCRATCH_SCRIPT)
+    root = str(Path(__file__).resolve().parents[2])
+    env = {k: v for k, v in os.environ.items() if k != "DASK_TEMPORARY_DIRECTORY"}
+    env.update(TMPDIR=str(temp), PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    run = [sys.executable, str(script)]
+    out = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    scratch = Path(out.stdout.split("scratch:", 1)[1].strip())
+    assert scratch.is_relative_to(temp) and scratch.relative_to(temp).parts[0].startswith("dasknn-dask-")
+    assert list(temp.iterdir()) == []
+    # configured, Dask's own choice is kept
+    env["DASK_TEMPORARY_DIRECTORY"] = str(tmp_path / "mine")
+    out = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert Path(out.stdout.split("scratch:", 1)[1].strip()).is_relative_to(tmp_path / "mine")
