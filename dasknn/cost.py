@@ -382,26 +382,34 @@ def stream_read_seconds(cal: Calibration, pass_bytes: float, passes: int, worker
     return fetched + (pass_bytes * again * held / cal.decode_rate if held else 0.0)
 
 
-def later_pass_share(cal: Calibration, depth: int, first: int, last: int, chunk_images: float,
-                     images: int) -> float:
-    """The share of layers ``first..last`` (data mode's network, a pipeline stage) that a worker's later chunk
-    of a run runs, and streamed reads, where its chunks share their ends (:mod:`~dasknn.kernels.ends`): up to the
-    first of the loop's stops after which the batch holds :data:`~dasknn.kernels.ends.ENDS_MOST_COLUMNS` distinct
-    vectors at most (an earlier chunk on the worker met them there and left their ends); all of them where the
-    probe saw no such collapse, or where images do not fold. Measured at 65,536 x 480 with 200 images: a stage's
-    second chunk streamed 17 and 33 of its 240 layers, where each chunk was charged all of them."""
+def later_pass_last(cal: Calibration, depth: int, first: int, last: int, images: int) -> int:
+    """The last of layers ``first..last`` (data mode's network, a pipeline stage) that a worker's later chunk of a
+    run runs, and streamed reads, where its chunks share their ends (:mod:`~dasknn.kernels.ends`): the first of
+    the loop's stops after which the batch of ``images`` holds :data:`~dasknn.kernels.ends.ENDS_MOST_COLUMNS`
+    distinct vectors at most (an earlier chunk on the worker met them there and left their ends); ``last`` where
+    the probe saw no such collapse, or where images do not fold. Measured at 65,536 x 480 with 200 images: a
+    stage's second chunk streamed 17 and 33 of its 240 layers, where each chunk was charged all of them."""
     if not cal.distinct or last < first:
-        return 1.0
+        return last
     share = _per_layer(cal.distinct, depth)
-    done, span, columns = first - 1, ENDS_EVERY, float(chunk_images)
+    # the stops as the loop places them, backing off while they find nothing; a chunk's columns counted as the
+    # probe's sample's distinct vectors (collapsed, they are the same few whatever the batch: scaled to 20,000
+    # images, 3 of a sample of 2,048 would count 29)
+    sample = min(images, cal.probe_images) if cal.probe_images else images
+    done, span, columns = first - 1, ENDS_EVERY, float(sample)
     while done < last:
         stop = min(last, next_stop(done, span))
-        after = float(share[min(stop, depth - 1)])  # (the share the layer after ``stop`` computes)
-        span, columns = next_span(span, columns, after * chunk_images), after * chunk_images
-        if stop < last and after * images <= ENDS_MOST_COLUMNS:
-            return (stop - first + 1) / (last - first + 1)
+        after = float(share[min(stop, depth - 1)]) * sample  # (the distinct vectors the layer after ``stop`` computes)
+        span, columns = next_span(span, columns, after), after
+        if stop < last and after <= ENDS_MOST_COLUMNS:
+            return stop
         done = stop
-    return 1.0
+    return last
+
+
+def later_pass_share(cal: Calibration, depth: int, first: int, last: int, images: int) -> float:
+    """The share of layers ``first..last`` a worker's later chunk runs (:func:`later_pass_last`)."""
+    return (later_pass_last(cal, depth, first, last, images) - first + 1) / max(1, last - first + 1)
 
 
 def _per_layer(values: list[float], depth: int) -> np.ndarray:
@@ -475,14 +483,16 @@ def predict(
     # rows) in model mode
     compute += images * g / (cal.image_rate * busy_threads) if cal.image_rate else 0.0
     # the chunks a streaming worker runs, each a pass over its layers (its part's in model mode); in data mode a
-    # later chunk's pass ends where the worker's chunks share their ends
+    # worker's later chunk runs, and reads, its layers only up to where the worker's chunks share their ends
     passes = 1 if resident else -(-chunks // max(1, workers // g))
-    later = later_pass_share(cal, depth, 1, depth, images / max(1, chunks), images) if g == 1 else 1.0
+    later = later_pass_share(cal, depth, 1, depth, images) if g == 1 else 1.0
     learnt = 1 + (passes - 1) * later
     if g == 1:
         # the loop's cost a layer, whatever is left, and what it learns of a layer on each worker's first chunk (on
         # every chunk where the layers are streamed: each pass decodes them afresh)
-        compute += (chunks * depth * cal.layer_seconds / busy_threads + learnt * depth * cal.layer_setup_seconds
+        firsts = min(chunks, workers)
+        chunk_layers = depth * (firsts + (chunks - firsts) * later)
+        compute += (chunk_layers * cal.layer_seconds / busy_threads + learnt * depth * cal.layer_setup_seconds
                     + cal.first_chunk_seconds)
     exchange = read = load = 0.0
     if not resident:
@@ -598,23 +608,33 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     per_thread = max(1.0, threads / workers)
     rate = cal.kernel_rates.get(1, cal.kernel_rate)
     chunk_images = images / max(1, chunks)
-    # each stage's seconds on one chunk (at the rate of every worker running at once), and its share of the weights
-    stage_seconds = [chunk_images * float(np.dot(alive[s.first - 1:s.last], nnz[s.first - 1:s.last])) / rate
-                     + (s.last - s.first + 1) * cal.layer_seconds for s in cuts]
+    def seconds_to(first: int, last: int) -> float:
+        # a chunk's seconds on layers first..last (at the rate of every worker running at once)
+        return (chunk_images * float(np.dot(alive[first - 1:last], nnz[first - 1:last])) / rate
+                + (last - first + 1) * cal.layer_seconds)
+
+    # each stage's seconds on a stage worker's first chunk and on its later ones (up to where they share their
+    # ends), and its share of the weights
+    ends = [later_pass_last(cal, depth, s.first, s.last, images) for s in cuts]
+    stage_seconds = [seconds_to(s.first, s.last) for s in cuts]
+    later_seconds = [seconds_to(s.first, end) for s, end in zip(cuts, ends)]
     if cal.image_rate:
-        stage_seconds[0] += chunk_images / cal.image_rate  # the first stage reads each chunk's images
+        for times in (stage_seconds, later_seconds):
+            times[0] += chunk_images / cal.image_rate  # the first stage reads each chunk's images
     stage_share = max(float(nnz[s.first - 1:s.last].sum()) for s in cuts) / max(1.0, float(nnz.sum()))
     largest = weight_bytes * stage_share
     per_pipeline = -(-chunks // pipelines)
     # more stage threads than cores (4 stages on 2 cores): a stage alone, as in the fill and drain, runs faster
     # than at the rate timed with every worker running, and the stages' work together is what the cores do
     shared = 1.0 if not cal.cores else max(1.0, threads / cal.cores)
-    slowest = max(stage_seconds) / shared
-    compute = max(slowest * (per_pipeline / per_thread + stages - 1),
-                  sum(stage_seconds) * per_pipeline / (stages * per_thread))
+    slowest, slowest_later = max(stage_seconds) / shared, max(later_seconds) / shared
+    # the first chunk through every stage, then the later ones a later stage time apart; or the stages' work
+    # together over their threads, where that is more
+    compute = max(slowest * stages + slowest_later * (per_pipeline / per_thread - 1),
+                  (sum(stage_seconds) + sum(later_seconds) * (per_pipeline - 1)) / (stages * per_thread))
     # the first chunk's pass learns every stage's layers, and touches each stage's memory, in turn; streamed, each
     # chunk's learns its stage's layers afresh, the stages side by side
-    later = [later_pass_share(cal, depth, s.first, s.last, chunk_images, images) for s in cuts]
+    later = [(end - s.first + 1) / (s.last - s.first + 1) for s, end in zip(cuts, ends)]
     learning = 1.0 if resident else max(1.0, (1 + (per_pipeline - 1) * max(later)) / stages)
     compute += learning * depth * cal.layer_setup_seconds + stages * cal.first_chunk_seconds
     # the images alive after each stage but the last (alive[last] is the share entering the next layer)

@@ -663,21 +663,33 @@ def test_a_later_chunk_runs_its_layers_up_to_the_stop_that_finds_its_ends():
     # 200 images that fold onto one vector from layer 21 on, 2 chunks of 100: the first stop, after layer 32 (the
     # loop stops every ENDS_EVERY layers), finds the ends the worker's first chunk left there
     collapsed = _cal(distinct=[1.0] * 20 + [1 / 200] * 80)
-    assert cost.later_pass_share(collapsed, 100, 1, 100, 100, 200) == pytest.approx(32 / 100)
+    assert cost.later_pass_share(collapsed, 100, 1, 100, 200) == pytest.approx(32 / 100)
     # a pipeline's second stage, layers 51-100: its chunks stop after layer 64
-    assert cost.later_pass_share(collapsed, 100, 51, 100, 100, 200) == pytest.approx(14 / 50)
+    assert cost.later_pass_share(collapsed, 100, 51, 100, 200) == pytest.approx(14 / 50)
     # the collapse after layer 70: the stops back off while they find nothing (32, then 96)
     late = _cal(distinct=[1.0] * 70 + [1 / 200] * 30)
-    assert cost.later_pass_share(late, 100, 1, 100, 100, 200) == pytest.approx(96 / 100)
+    assert cost.later_pass_share(late, 100, 1, 100, 200) == pytest.approx(96 / 100)
     # nothing collapses, or images do not fold: every layer
-    assert cost.later_pass_share(_cal(distinct=[1.0] * 100), 100, 1, 100, 100, 200) == 1.0
-    assert cost.later_pass_share(_cal(), 100, 1, 100, 100, 200) == 1.0
+    assert cost.later_pass_share(_cal(distinct=[1.0] * 100), 100, 1, 100, 200) == 1.0
+    assert cost.later_pass_share(_cal(), 100, 1, 100, 200) == 1.0
     # streamed: each worker's second chunk reads a third of the network (4 chunks over 2 workers)
     tiny, slow = dict(memory=1_000, layer_nnz=np.full(100, 10)), dict(read_rate=1e3)
     whole = _predict(_cal(**slow, distinct=[1.0] * 100), 1, **tiny)
     short = _predict(_cal(**slow, distinct=[1.0] * 20 + [1 / 200] * 80, alive=[1.0] * 100), 1, images=200, **tiny)
     assert short.read + short.compute == pytest.approx(24_000 * 2 * (1 + 0.32) / (1e3 * 2))
     assert whole.read + whole.compute == pytest.approx(24_000 * 2 * 2 / (1e3 * 2))
+    # the loop's cost a layer: each worker's first chunk all 100 layers, its second 32 of them (2 threads)
+    deep = dict(layer_nnz=np.full(100, 10), images=200)
+    fold = dict(distinct=[1.0] * 20 + [1 / 200] * 80, alive=[1.0] * 100)
+    paid = _predict(_cal(**fold, layer_seconds=1e-3), 1, **deep).compute - _predict(_cal(**fold), 1, **deep).compute
+    assert paid == pytest.approx(100 * (2 + 2 * 0.32) * 1e-3 / 2)
+    # a pipeline's later chunks (one vector from the first layer on: the stages cut at layer 50): stage 1 (layers
+    # 1-50) up to layer 32, stage 2 (51-100) up to 64
+    stage = dict(images=200, layer_nnz=np.full(100, 10), weight_bytes=48_000, memory=1e6, workers=2, threads=2,
+                 chunks=4, stages=2, neurons=100, itemsize=8, weights_share=0.25)
+    cost_a_layer = _cal(kernel_rate=1e30, layer_seconds=1e-3, distinct=[1 / 200] * 100, alive=[1.0] * 100)
+    p = cost.predict_pipeline(cost_a_layer, **stage)
+    assert p.compute == pytest.approx(max(50e-3 * 2 + 32e-3 * 3, (100e-3 + (32e-3 + 14e-3) * 3) / 2))
 
 
 def test_the_probes_distinct_share_counts_one_vector_where_its_tail_collapsed():
