@@ -278,10 +278,10 @@ def test_pipeline_prediction_fill_drain_boundary_and_memory():
     # the first stage reads each chunk's 250 images (at 1e6 a second) before its layers
     assert _predict(_cal(image_rate=1e6)).compute == pytest.approx((5e-4 + 2.5e-4) * (4 + 1))
     # 4 stages' threads on 2 cores: a stage alone (the fill, the drain) runs at twice the rate timed with every
-    # worker running; the stages' work together is what the cores do (4 stages of 1 layer, 125-image chunks:
-    # 1.25e-4 s a chunk each): the cores' share, 8 chunks of all 4 stages on 4 threads, is the larger here
+    # worker running, the 8 chunks' steady state at that rate (4 stages of 1 layer, 125-image chunks: 1.25e-4 s a
+    # chunk each); the stages' work together is what the cores do (8 chunks of all 4 stages on 4 threads)
     shared = _predict(_cal(cores=2), workers=4, threads=4, stages=4, chunks=8)
-    assert shared.compute == pytest.approx(max(1.25e-4 / 2 * (8 + 3), 4 * 1.25e-4 * 8 / 4))
+    assert shared.compute == pytest.approx(max(1.25e-4 * (3 / 2 + 8), 4 * 1.25e-4 * 8 / 4))
     one_core_each = _predict(_cal(cores=4), workers=4, threads=4, stages=4, chunks=8)
     assert one_core_each.compute == pytest.approx(1.25e-4 * (8 + 3))
     # the largest stage (half the weights) must fit a quarter of the memory
