@@ -576,6 +576,24 @@ def computed_per_layer(cal: Calibration, depth: int) -> np.ndarray:
     return _per_layer(cal.distinct or cal.alive, depth)
 
 
+def stage_work(cal: Calibration | None, layer_nnz: np.ndarray, chunk_images: float,
+               layer_bytes: np.ndarray | None = None) -> np.ndarray:
+    """Each layer's seconds on a chunk of ``chunk_images`` images in a pipeline stage, what the stages are cut by
+    (:func:`~dasknn.stages.stage_cuts`): its multiply-adds at data mode's loop rate (on the share of images the
+    probe saw computed), the loop's cost a layer, and where the stage streams (``layer_bytes``: each layer's
+    decoded bytes) its read at the probe's rate; the layers' entries alone where nothing was probed (``cal``
+    None). Cut by multiply-adds alone, a network whose images fold onto one vector in its first layers (65,536 x
+    480) put a dozen layers in the first stage and had the second read and run the other 468."""
+    nnz = np.asarray(layer_nnz, dtype=float)
+    if cal is None:
+        return nnz
+    rate = cal.kernel_rates.get(1, cal.kernel_rate)
+    work = chunk_images * nnz * computed_per_layer(cal, nnz.size) / rate + cal.layer_seconds
+    if layer_bytes is not None and cal.read_rate:
+        work = work + np.asarray(layer_bytes, dtype=float) / cal.read_rate
+    return work
+
+
 def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, weight_bytes: float, memory: float,
                      workers: int, threads: int, chunks: int, stages: int, neurons: int, itemsize: int,
                      weights_share: float, resident: bool | None = None,
@@ -599,15 +617,17 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
     pipelines = max(1, workers // stages)
     names = [str(i) for i in range(pipelines * stages)]
     limits = dict(zip(names, memory_limits or [memory] * len(names)))
-    placed = place_stages(alive * nnz, nnz, [names[i:i + stages] for i in range(0, len(names), stages)], limits,
+    chunk_images = images / max(1, chunks)
+    placed = place_stages(stage_work(cal, nnz, chunk_images), nnz,
+                          [names[i:i + stages] for i in range(0, len(names), stages)], limits,
                           stage_capacity(weight_bytes, nnz.sum(), 1.0, weights_share))
     fits = placed.fits
     resident = fits if resident is None else resident
-    # streamed stages hold a few layers whatever their length: cut by work alone
-    cuts = placed.stages if resident else stage_cuts(alive * nnz, stages)
+    # streamed stages hold a few layers whatever their length: cut by work alone, their reads included
+    cuts = placed.stages if resident else stage_cuts(stage_work(cal, nnz, chunk_images,
+                                                                weight_bytes * nnz / max(1.0, nnz.sum())), stages)
     per_thread = max(1.0, threads / workers)
     rate = cal.kernel_rates.get(1, cal.kernel_rate)
-    chunk_images = images / max(1, chunks)
     def seconds_to(first: int, last: int) -> float:
         # a chunk's seconds on layers first..last (at the rate of every worker running at once)
         return (chunk_images * float(np.dot(alive[first - 1:last], nnz[first - 1:last])) / rate

@@ -182,7 +182,10 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
         raise DasknnError(f"pipeline mode gives each of its {g} workers a stage of at least one layer, and the "
                           f"network has {store.depth}: give --group-size {store.depth} or fewer (dividing the "
                           f"workers), or use fewer workers")
-    stage_work = _stage_work(store, calibration) if mode == PIPELINE else None
+    # (a chunk's images as pipeline mode cuts them by default, for the stages' work: its multiply-adds against what
+    # each layer costs whatever they are)
+    chunk_images = count / max(1, o.chunks or pipeline_chunks(count, g, max(1, len(workers) // g), 0))
+    stage_work = _stage_work(store, calibration, chunk_images) if mode == PIPELINE else None
     # pipeline mode: the stages cut so that each fits the workers placed at it where a cut can (their memory
     # limits may differ)
     per_byte = stage_capacity(weight_bytes, store.edges, 1.0, WEIGHTS_SHARE) if mode == PIPELINE else None
@@ -199,6 +202,9 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
                                                   o.keep_layers)
                               for r in (True, False))
             resident = held.seconds <= streamed.seconds
+    if stage_work is not None and not resident:
+        # streamed stages: each layer's read counts in its work too
+        stage_work = _stage_work(store, calibration, chunk_images, weight_bytes)
 
     def shares(g: int, ws: list[str]) -> list[tuple[float, float]]:
         return _shares(store, stage_work, resident, per_byte, g, memory_of(client, ws))
@@ -231,13 +237,14 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
     return result
 
 
-def _stage_work(store, calibration) -> np.ndarray:
-    # pipeline mode: each layer's work, its entries x the share of images the probe saw alive when it runs (its
-    # entries alone where nothing was probed)
-    from ..cost import computed_per_layer
+def _stage_work(store, calibration, chunk_images: float, streamed_bytes: float | None = None) -> np.ndarray:
+    # pipeline mode: each layer's work on a chunk (cost.stage_work; its entries alone where nothing was probed),
+    # streamed (``streamed_bytes``: the network's, decoded) with each layer's read
+    from ..cost import stage_work
 
     nnz = store.layer_entries().astype(float)
-    return nnz if calibration is None else nnz * computed_per_layer(calibration, store.depth)
+    layer_bytes = None if streamed_bytes is None else streamed_bytes * nnz / max(1.0, nnz.sum())
+    return stage_work(calibration, nnz, chunk_images, layer_bytes)
 
 
 def _shares(store, stage_work: np.ndarray | None, resident: bool, per_byte: float | None, g: int,

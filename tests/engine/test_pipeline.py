@@ -378,3 +378,18 @@ def _probed_work(path, result) -> np.ndarray:
     # each layer's work as a calibrated run weighs it: its entries x the share of images the probe saw alive
     s = store.open_store(path)
     return s.layer_entries() * cost.alive_per_layer(result.calibration, s.depth)
+
+
+def test_streamed_stages_are_cut_by_their_reads_as_well_as_their_multiply_adds():
+    # 100 layers whose images fold onto one vector after the fourth: cut by multiply-adds alone, the first stage
+    # is a few layers and the second reads the other 96; each layer's read (1e-4 s) counted, the cut is near half
+    from dasknn.stages import stage_cuts
+
+    cal = _cal(alive=[1.0] * 100, distinct=[1.0] * 4 + [0.001] * 96, message_factor=[1.0] * 100, probe_layers=100)
+    nnz = np.full(100, 1000)
+    alone = stage_cuts(cost.stage_work(cal, nnz, 100), 2)
+    assert alone[0].last <= 4
+    read = stage_cuts(cost.stage_work(cal, nnz, 100, np.full(100, 1e4)), 2)
+    assert 45 <= read[0].last <= 55
+    # nothing probed: each layer's entries
+    assert list(cost.stage_work(None, nnz, 100)) == [1000.0] * 100
