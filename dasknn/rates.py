@@ -213,7 +213,7 @@ def _kernel_timing(path: str, k: int, dtype: str, owners: np.ndarray | None, par
     return macs, _timed_calls(call, seconds), len(layers) if loop else 1
 
 
-#: First calls :func:`layer_seconds` times, each on a fresh copy of a layer (their median is what it learns).
+#: First calls :func:`layer_seconds` times, each on fresh copies of its layers (their median is what it learns).
 FIRST_CALLS = 3
 
 
@@ -250,32 +250,31 @@ def layer_seconds(path: str, k: int, dtype: str, width: int = COLLAPSED_IMAGES, 
     width = int(min(width, max(16, LOOP_BYTES // (4 * store.neurons * dt.itemsize))))
     yt = np.repeat(_varied(np.random.default_rng(k), (store.neurons, 1), dt, store.ymax), width, axis=1)
 
-    def call(n: int, run_on: list = cycle):
-        return lambda: kernels.run_layers(yt.copy(), run_on[:n], store.bias, store.ymax, np.arange(width),
+    def call(n: int, layers: list = cycle):
+        return lambda: kernels.run_layers(yt.copy(), layers[:n], store.bias, store.ymax, np.arange(width),
                                           folds=Folds())
 
     def first_call() -> float:
-        # the first held layer's fresh copy, over and over: what the loop learns of a layer it keeps by the layer's
-        # arrays, so it learns the copy afresh (one layer's copy at a time, within what a small worker holds)
-        copy = tuple(a.copy() for a in held[0])
-        run = call(layers, [copy] * layers)
+        # a call on fresh copies of the held layers: what the loop learns of a layer it keeps by the layer's
+        # arrays, so it learns each copy afresh
+        copies = [tuple(a.copy() for a in layer) for layer in held]
+        run = call(layers, [copies[i % len(copies)] for i in range(layers)])
         t0 = time.perf_counter()
         run()
         return time.perf_counter() - t0
 
     # the loop's machine code loaded first: the first call in a fresh process took 0.18 s a layer more than the
     # next on a 65,536-wide network, 0.02 s once its code was loaded, and multiplied by 480 layers that charged
-    # data mode's prediction 14.6 s it never spent; then the median of FIRST_CALLS first calls (one alone, divided
-    # by the 2-3 layers held and multiplied by 480, turned a pause of 20 ms into 5 s), against the same call once
-    # the layer is learnt
+    # data mode's prediction 14.6 s it never spent; then the median of FIRST_CALLS first calls (one, divided by
+    # the 2-3 layers held and multiplied by 480, turned a pause of 20 ms into 5 s)
     first_call()
     first = float(np.median([first_call() for _ in range(FIRST_CALLS)]))
-    learnt = _median_call(call(layers, [held[0]] * layers), seconds / 4)
     # a layer's cost once the chunk has folded: what 2 * layers more cost (the first layers run every image until
-    # the loop looks and folds them)
+    # the loop looks and folds them); the first calls' extra: they ran the held layers for the first time
     short = _median_call(call(layers), seconds / 2)
     longer = _median_call(call(3 * layers), seconds / 2)
-    return LayerCosts(every_chunk=max(0.0, longer - short) / (2 * layers), first_chunk=max(0.0, first - learnt))
+    return LayerCosts(every_chunk=max(0.0, longer - short) / (2 * layers),
+                      first_chunk=max(0.0, first - short) / len(held))
 
 
 @dataclass(frozen=True)
