@@ -409,7 +409,12 @@ def later_pass_last(cal: Calibration, depth: int, first: int, last: int, images:
 
 def later_pass_share(cal: Calibration, depth: int, first: int, last: int, images: int) -> float:
     """The share of layers ``first..last`` a worker's later chunk runs (:func:`later_pass_last`)."""
-    return (later_pass_last(cal, depth, first, last, images) - first + 1) / max(1, last - first + 1)
+    return _layers_share(first, last, later_pass_last(cal, depth, first, last, images))
+
+
+def _layers_share(first: int, last: int, end: int) -> float:
+    """The share of layers ``first..last`` that layers ``first..end`` are."""
+    return (end - first + 1) / max(1, last - first + 1)
 
 
 def _per_layer(values: list[float], depth: int) -> np.ndarray:
@@ -656,7 +661,7 @@ def predict_pipeline(cal: Calibration, *, images: int, layer_nnz: np.ndarray, we
                   (sum(stage_seconds) + sum(later_seconds) * (per_pipeline - 1)) / (stages * per_thread))
     # the first chunk's pass learns every stage's layers, and touches each stage's memory, in turn; streamed, each
     # chunk's learns its stage's layers afresh, the stages side by side
-    later = [(end - s.first + 1) / (s.last - s.first + 1) for s, end in zip(cuts, ends)]
+    later = [_layers_share(s.first, s.last, end) for s, end in zip(cuts, ends)]
     learning = 1.0 if resident else max(1.0, (1 + (per_pipeline - 1) * max(later)) / stages)
     compute += learning * depth * cal.layer_setup_seconds + stages * cal.first_chunk_seconds
     # the images alive after each stage but the last (alive[last] is the share entering the next layer)

@@ -250,8 +250,8 @@ def layer_seconds(path: str, k: int, dtype: str, width: int = COLLAPSED_IMAGES, 
     width = int(min(width, max(16, LOOP_BYTES // (4 * store.neurons * dt.itemsize))))
     yt = np.repeat(_varied(np.random.default_rng(k), (store.neurons, 1), dt, store.ymax), width, axis=1)
 
-    def call(n: int, layers: list = cycle):
-        return lambda: kernels.run_layers(yt.copy(), layers[:n], store.bias, store.ymax, np.arange(width),
+    def call(n: int, run_on: list = cycle):
+        return lambda: kernels.run_layers(yt.copy(), run_on[:n], store.bias, store.ymax, np.arange(width),
                                           folds=Folds())
 
     def first_call() -> float:
