@@ -113,13 +113,17 @@ def pytest_sessionstart(session):
     dask.config.set({"temporary-directory": scratch})
 
 
+@pytest.hookimpl(wrapper=True)
 def pytest_sessionfinish(session, exitstatus):
-    # after every fixture's teardown (the clusters closed): what is new there fails the run, named
+    # after every fixture's teardown (the clusters closed), and every plugin's own end of the session (pytest's
+    # removing a passing run's tmp_path folders): what is new there fails the run, named
     import shutil
 
+    yield
     scratch = session.config.stash.get(_DASK_SCRATCH, None)
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
+    _remove_pytest_folder(session)
     before = session.config.stash.get(_BEFORE, None)
     left = sorted(_leftovers() - before) if before is not None else []
     if not left:
@@ -133,6 +137,25 @@ def pytest_sessionfinish(session, exitstatus):
     else:
         print(line)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _remove_pytest_folder(session) -> None:
+    # once pytest removed a passing run's tmp_path folders (tmp_path_retention_policy "failed"): its own folder in
+    # the temporary folder, pytest-of-<user>, where it holds nothing more than dead links to removed runs' folders
+    # (another run's folders, a failed run's, or a --basetemp of the user's own are left alone)
+    import getpass
+
+    if session.config.option.basetemp is not None:
+        return
+    folder = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
+    try:
+        entries = list(folder.iterdir())
+        if all(e.is_symlink() and not e.exists() for e in entries):
+            for e in entries:
+                e.unlink()
+            folder.rmdir()
+    except OSError:  # (gone already, or another run's folder appeared meanwhile)
+        pass
 
 
 @pytest.fixture(scope="session")
