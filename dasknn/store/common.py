@@ -3,6 +3,7 @@ that an array is plain numbers under data-only codecs, opening a store's root, a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import math
@@ -18,8 +19,8 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from ..errors import DasknnError
-from ..locations import (Location, bounded, is_file, is_url, join, location, remote_error_line, remote_errors, remove,
-                         protocol_of, require_protocol, storage_options, writable)
+from ..locations import (Location, are_files, bounded, is_file, is_url, join, location, protocol_of,
+                         remote_error_line, remote_errors, remove, require_protocol, storage_options, writable)
 from ..partials import new_partial, remove_partial
 
 FORMAT = "dasknn-network"
@@ -74,6 +75,41 @@ def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf") -> zarr.A
     Stores are read as data only: an object dtype or an unknown codec (a pickle codec could run code when a
     chunk is decoded) is an error naming ``label``, never a read.
     """
+    return check_arrays([(arr, label)], store, kinds)[0]
+
+
+def check_arrays(arrays: list[tuple[Any, str]], store: Path, kinds: str = "iuf") -> list[zarr.Array]:
+    """:func:`check_array` of each ``(array, label)``, refused in their order; whether their chunk files are all
+    there is asked side by side (behind a URL, one request's wait for them all)."""
+    problems: list[DasknnError | None] = []
+    chunks: list[list[tuple[int, ...]]] = []
+    for arr, label in arrays:
+        try:
+            _check_metadata(arr, label, store, kinds)
+            problems.append(None)
+            grid = (range(-(-int(n) // int(k))) for n, k in zip(arr.shape, arr.chunks))
+            chunks.append(list(itertools.product(*grid)))
+        except DasknnError as e:
+            problems.append(e)
+            chunks.append([])
+    keys = [f"{arr.path}/c/{'/'.join(map(str, c))}" for (arr, _), cs in zip(arrays, chunks) for c in cs]
+    there = iter(are_files(store if is_url(store) else Path(store), keys))
+    for (arr, label), problem, cs in zip(arrays, problems, chunks):
+        if problem is not None:
+            raise problem
+        # zarr reads a missing chunk as its fill value: a lost file would be silently read as zeros
+        missing = [c for c in cs if not next(there)]
+        if missing:
+            raise DasknnError(f"{label}: chunk {'/'.join(map(str, missing[0]))} is missing", store)
+        expected = math.prod(-(-int(n) // int(k)) for n, k in zip(arr.shape, arr.chunks))
+        folder = None if is_url(store) else Path(store) / arr.path / "c"
+        if folder is not None and folder.is_dir() and sum(1 for f in folder.rglob("*") if f.is_file()) != expected:
+            raise DasknnError(f"{label}: its chunk files do not match its shape {list(arr.shape)}", store)
+    return [arr for arr, _ in arrays]
+
+
+def _check_metadata(arr: Any, label: str, store: Path, kinds: str) -> None:
+    # what check_array refuses before it asks for the chunk files
     if not isinstance(arr, zarr.Array):
         raise DasknnError(f"{label} is not an array", store)
     try:
@@ -93,17 +129,49 @@ def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf") -> zarr.A
         raise DasknnError(f"{label}: data type {dtype} is not allowed (numbers only)", store)
     if meta.get("chunk_key_encoding") != {"name": "default", "configuration": {"separator": "/"}}:
         raise DasknnError(f"{label}: unexpected chunk key encoding {meta.get('chunk_key_encoding')}", store)
-    # zarr reads a missing chunk as its fill value: a lost file would be silently read as zeros
     if arr.ndim < 1 or min(arr.chunks) < 1:
         raise DasknnError(f"{label}: not an array with chunks", store)
-    for c in itertools.product(*(range(-(-int(n) // int(k))) for n, k in zip(arr.shape, arr.chunks))):
-        if not file_exists(store, f"{arr.path}/c/{'/'.join(map(str, c))}"):
-            raise DasknnError(f"{label}: chunk {'/'.join(map(str, c))} is missing", store)
-    expected = math.prod(-(-int(n) // int(k)) for n, k in zip(arr.shape, arr.chunks))
-    folder = None if is_url(store) else Path(store) / arr.path / "c"
-    if folder is not None and folder.is_dir() and sum(1 for f in folder.rglob("*") if f.is_file()) != expected:
-        raise DasknnError(f"{label}: its chunk files do not match its shape {list(arr.shape)}", store)
-    return arr
+
+
+def open_together(group: zarr.Group, under: str, names: list[str]) -> list[Any]:
+    """The node ``under`` (name ``""``) and its children ``names`` in ``group``, their metadata read side by side
+    in one call into Zarr's event loop; each a :class:`zarr.Array` or :class:`zarr.Group`, or the exception
+    opening it raised (a missing one's ``KeyError`` names it as opening it alone would: ``under``, or its name).
+
+    Each synchronous Zarr call waits for Zarr's event-loop thread, and behind a URL for a request's answer: a
+    model-mode part layer read one node at a time waited for 11 of them."""
+    from zarr.core.sync import sync
+
+    async def opened(name: str) -> Any:
+        try:
+            node = await group._async_group.getitem(f"{under}/{name}" if name else under)
+        except KeyError:
+            raise KeyError(name or under) from None
+        return zarr.Array(node) if isinstance(node, zarr.AsyncArray) else zarr.Group(node)
+
+    async def every() -> list[Any]:
+        return await asyncio.gather(*(opened(n) for n in names), return_exceptions=True)
+
+    return sync(every())
+
+
+def read_together(reads: list[tuple[zarr.Array, slice]]) -> list[Any]:
+    """Slices of several arrays read side by side in one call into Zarr's event loop (:func:`open_together`
+    says why); each a NumPy array, or the exception its read raised, for the caller to raise in its own order."""
+    from zarr.core.sync import sync
+
+    async def every() -> list[Any]:
+        return await asyncio.gather(*(arr._async_array.getitem(where) for arr, where in reads),
+                                    return_exceptions=True)
+
+    return sync(every())
+
+
+def raised(result: Any) -> Any:
+    """``result`` of :func:`open_together` or :func:`read_together`, raising it where it is an exception."""
+    if isinstance(result, BaseException):
+        raise result
+    return result
 
 
 def store_dtype(values: np.ndarray) -> np.dtype:

@@ -12,7 +12,8 @@ import scipy.sparse as sp
 
 from ..errors import DasknnError
 from ..locations import as_location, remove
-from .common import VERSION, WRITE_ALL, check_array, codecs, location, open_group, open_root
+from .common import (VERSION, WRITE_ALL, check_array, codecs, location, open_group, open_root, open_together,
+                     raised)
 from .held import held_opener
 from .sparse import Sparse, write_sparse
 
@@ -138,11 +139,13 @@ class PlanStore:
 
         label = f"part plan layer {k} part {q}"
         try:
-            g = self.root[f"l{k}/p{q}"]
+            # the part's nodes opened side by side: each call into Zarr is a hop (common.open_together)
+            nodes = open_together(self.root, f"l{k}/p{q}", ["", "lists", "block"])
+            g, lists, block = (raised(node) for node in nodes)
             desc = dict(g.attrs)["lists"]
             sizes, recv, send = list(desc["sizes"]), list(desc["recv"]), list(desc["send"])
-            flat = np.asarray(check_array(g["lists"], f"{label}: lists", self.path, "iu")[:], dtype=np.int64)
-            shape = tuple(dict(g["block"].attrs)["binsparse"]["shape"])
+            flat = np.asarray(check_array(lists, f"{label}: lists", self.path, "iu")[:], dtype=np.int64)
+            shape = tuple(dict(block.attrs)["binsparse"]["shape"])
         except DasknnError:
             raise
         except Exception as e:  # a missing group or chunk, damaged metadata, a checksum

@@ -5,12 +5,14 @@ from __future__ import annotations
 import functools
 import http.server
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from dasknn import engine, store
 from dasknn.errors import DasknnError
+from dasknn.locations import are_files
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +81,52 @@ def test_cli_reads_a_url(slice_store, capsys):
     assert main(["infer", "--network", f"file://{slice_store}", "--workers", "1", "--json", "--dtype", "float64"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["matches_truth"] is True
+
+
+class _CountingHandler(_QuietHandler):
+    """Answers each request after a pause, counting the most requests the server had in hand at once."""
+
+    lock = threading.Lock()
+    now = 0
+    most = 0
+
+    def send_head(self):
+        cls = type(self)
+        with cls.lock:
+            cls.now += 1
+            cls.most = max(cls.most, cls.now)
+        try:
+            time.sleep(0.05)  # an object store's wait before its answer
+            return super().send_head()
+        finally:
+            with cls.lock:
+                cls.now -= 1
+
+
+@pytest.fixture()
+def counting_root(slice_store):
+    """The slice store's folder served over HTTP by a server that counts the requests it has in hand at once."""
+    handler = functools.partial(_CountingHandler, directory=str(slice_store.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", _CountingHandler
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_layer_behind_a_url_is_asked_for_side_by_side(counting_root, slice_store):
+    # behind an object store's latency, what a read asks for one request at a time waits once a request: a layer's
+    # three arrays (their metadata, their chunk files' checks, their chunks) are each asked for together
+    pytest.importorskip("aiohttp", reason="fsspec's HTTP filesystem needs aiohttp (pip install 'dasknn[remote]')")
+    root, counter = counting_root
+    url = f"{root}/{slice_store.name}"
+    s = store.open_store(url, check="metadata")
+    counter.most = 0
+    remote = s.layer(5)
+    assert counter.most >= 3
+    assert (remote != store.open_store(slice_store).layer(5)).nnz == 0
+    counter.most = 0
+    names = ["layers/5/values/c/0", "layers/5/indices_1/c/0", "layers/5/values/c/9", "zarr.json"]
+    assert are_files(url, names) == [True, True, False, True]
+    assert counter.most >= 3
