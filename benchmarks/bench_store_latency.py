@@ -5,9 +5,9 @@ An object store answers each request after a wait (S3: tens of milliseconds befo
 size. What a read asks for one request at a time then costs a wait each: a streamed layer's three arrays, and a
 model-mode part layer's nodes, checks and chunks. ``--tree`` versions each run in a child process of their own, their
 tree first on ``PYTHONPATH``; each child serves ``STORE``'s folder over HTTP on 127.0.0.1
-(``tests/support/http_files.py``, answering each request after ``--delay-ms``), reads layer 1 and part layer 1 (its
-metadata read and kept), then times ``--layers`` layers and part layers from layer 2 on: a layer's first read
-opens its metadata too, as a stream's first pass does. The rounds alternate the versions (before, after, before,
+(``tests/support/http_files.py``, answering each request after ``--delay-ms``), times opening the store (every
+layer's metadata read and checked, as a worker's stream does), reads layer 1 and part layer 1, then times
+``--layers`` layers and part layers from layer 2 on. The rounds alternate the versions (before, after, before,
 after) so the machine's load falls on both alike.
 
     python benchmarks/bench_store_latency.py STORE --plan STORE/plans/bench-k2 --tree before=/tmp/before
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import http.server
 import json
 import os
 import platform
@@ -49,11 +48,13 @@ def child(store: Path, plan: Path, delays: list[float], layers: int) -> None:
                 return super().send_head()
 
         served = store.parent
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Waiting, directory=str(served)))
+        server = http_files.FilesServer(("127.0.0.1", 0), functools.partial(Waiting, directory=str(served)))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             root = f"http://127.0.0.1:{server.server_address[1]}"
-            network = open_store(f"{root}/{store.name}", check="metadata")
+            t0 = time.perf_counter()
+            network = open_store(f"{root}/{store.name}", check="metadata")  # every layer's metadata, checked
+            open_s = time.perf_counter() - t0
             parts = PlanStore(f"{root}/{plan.relative_to(served)}")
             network.layer(1), parts.part_layer(0, 1, "float32")  # the connections opened, the roots read
             t0 = time.perf_counter()
@@ -67,7 +68,8 @@ def child(store: Path, plan: Path, delays: list[float], layers: int) -> None:
         finally:
             server.shutdown()
             server.server_close()
-        print(ROW_MARK + json.dumps({"delay": delay, "layer_ms": layer_ms, "part_ms": part_ms}), flush=True)
+        print(ROW_MARK + json.dumps({"delay": delay, "open_s": open_s, "layer_ms": layer_ms,
+                                            "part_ms": part_ms}), flush=True)
 
 
 def main() -> None:
@@ -102,22 +104,22 @@ def main() -> None:
             for line in out.splitlines():
                 if line.startswith(ROW_MARK):
                     r = json.loads(line[len(ROW_MARK):])
-                    rows.setdefault((name, r["delay"]), []).append((r["layer_ms"], r["part_ms"]))
+                    rows.setdefault((name, r["delay"]), []).append((r["open_s"], r["layer_ms"], r["part_ms"]))
                 else:
                     print(f"  {name}: {line}", flush=True)
     print(f"\n{started:%Y-%m-%d %H:%M}-{datetime.now(timezone.utc):%H:%M} UTC, {platform.node()}, store {store}, "
           f"{args.layers} layers a round, {args.rounds} rounds (medians)")
-    print("| delay a request, ms | version | layer, ms | part layer, ms | layer / first | part layer / first |")
-    print("|--:|---|--:|--:|--:|--:|")
+    print("| delay a request, ms | version | open the store, s | layer, ms | part layer, ms | each / the first "
+          "version's |")
+    print("|--:|---|--:|--:|--:|---|")
     median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     for delay in delays:
         first = None
         for name, _ in trees:
-            got = rows[(name, delay)]
-            layer, part = median([g[0] for g in got]), median([g[1] for g in got])
-            first = first or (layer, part)
-            print(f"| {delay:g} | {name} | {layer:.1f} | {part:.1f} | {layer / first[0]:.2f} | {part / first[1]:.2f} |")
-
+            got = [median([g[i] for g in rows[(name, delay)]]) for i in range(3)]
+            first = first or got
+            print(f"| {delay:g} | {name} | {got[0]:.2f} | {got[1]:.1f} | {got[2]:.1f} | "
+                  f"{', '.join(f'{a / b:.2f}' for a, b in zip(got, first))} |")
 
 if __name__ == "__main__":
     main()

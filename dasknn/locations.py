@@ -164,9 +164,10 @@ def is_file(loc: Location) -> bool:
             return False
 
 
-def are_files(base: Location, names: list[str]) -> list[bool]:
+def are_files(base: Location, names: list[str], in_flight: int = 64) -> list[bool]:
     """:func:`is_file` of each of ``names`` under ``base``, asked side by side: behind a URL (an asynchronous
-    fsspec file system: S3, HTTP) the answers come back in about one request's wait, not one wait each."""
+    fsspec file system: S3, HTTP) the answers come back in about one request's wait, not one wait each (at most
+    ``in_flight`` asked at once)."""
     if isinstance(base, Path) or not names:
         return [is_file(join(base, n)) for n in names]
     fs, root = filesystem(base)
@@ -176,13 +177,16 @@ def are_files(base: Location, names: list[str]) -> list[bool]:
 
     from fsspec.asyn import sync
 
-    async def answer(path: str) -> bool:
-        try:  # as is_file asks
-            return (await fs._info(path)).get("type") == "file"
-        except FileNotFoundError:
-            return False
-
     async def every() -> list[Any]:
+        limit = asyncio.Semaphore(in_flight)
+
+        async def answer(path: str) -> bool:
+            async with limit:
+                try:  # as is_file asks
+                    return (await fs._info(path)).get("type") == "file"
+                except FileNotFoundError:
+                    return False
+
         return await asyncio.gather(*(answer(f"{root}/{n.strip('/')}") for n in names), return_exceptions=True)
 
     with remote_errors(base):

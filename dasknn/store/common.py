@@ -80,7 +80,16 @@ def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf") -> zarr.A
 
 def check_arrays(arrays: list[tuple[Any, str]], store: Path, kinds: str = "iuf") -> list[zarr.Array]:
     """:func:`check_array` of each ``(array, label)``, refused in their order; whether their chunk files are all
-    there is asked side by side (behind a URL, one request's wait for them all)."""
+    there is asked side by side (behind a URL, about one request's wait for them all)."""
+    for problem in array_problems(arrays, store, kinds):
+        if problem is not None:
+            raise problem
+    return [arr for arr, _ in arrays]
+
+
+def array_problems(arrays: list[tuple[Any, str]], store: Path, kinds: str = "iuf") -> list[DasknnError | None]:
+    """What :func:`check_array` would refuse each ``(array, label)`` for (None: nothing), their chunk files asked
+    for side by side."""
     problems: list[DasknnError | None] = []
     chunks: list[list[tuple[int, ...]]] = []
     for arr, label in arrays:
@@ -93,19 +102,20 @@ def check_arrays(arrays: list[tuple[Any, str]], store: Path, kinds: str = "iuf")
             problems.append(e)
             chunks.append([])
     keys = [f"{arr.path}/c/{'/'.join(map(str, c))}" for (arr, _), cs in zip(arrays, chunks) for c in cs]
-    there = iter(are_files(store if is_url(store) else Path(store), keys))
-    for (arr, label), problem, cs in zip(arrays, problems, chunks):
-        if problem is not None:
-            raise problem
+    there = iter(are_files(store if is_url(store) else Path(store), keys, IN_FLIGHT))
+    for i, ((arr, label), cs) in enumerate(zip(arrays, chunks)):
         # zarr reads a missing chunk as its fill value: a lost file would be silently read as zeros
         missing = [c for c in cs if not next(there)]
+        if problems[i] is not None:
+            continue
         if missing:
-            raise DasknnError(f"{label}: chunk {'/'.join(map(str, missing[0]))} is missing", store)
+            problems[i] = DasknnError(f"{label}: chunk {'/'.join(map(str, missing[0]))} is missing", store)
+            continue
         expected = math.prod(-(-int(n) // int(k)) for n, k in zip(arr.shape, arr.chunks))
         folder = None if is_url(store) else Path(store) / arr.path / "c"
         if folder is not None and folder.is_dir() and sum(1 for f in folder.rglob("*") if f.is_file()) != expected:
-            raise DasknnError(f"{label}: its chunk files do not match its shape {list(arr.shape)}", store)
-    return [arr for arr, _ in arrays]
+            problems[i] = DasknnError(f"{label}: its chunk files do not match its shape {list(arr.shape)}", store)
+    return problems
 
 
 def _check_metadata(arr: Any, label: str, store: Path, kinds: str) -> None:
@@ -133,26 +143,42 @@ def _check_metadata(arr: Any, label: str, store: Path, kinds: str) -> None:
         raise DasknnError(f"{label}: not an array with chunks", store)
 
 
-def open_together(group: zarr.Group, under: str, names: list[str]) -> list[Any]:
-    """The node ``under`` (name ``""``) and its children ``names`` in ``group``, their metadata read side by side
-    in one call into Zarr's event loop; each a :class:`zarr.Array` or :class:`zarr.Group`, or the exception
-    opening it raised (a missing one's ``KeyError`` names it as opening it alone would: ``under``, or its name).
+#: Requests a store's reader has in flight at once when it asks side by side (:func:`open_each`,
+#: :func:`read_together`, :func:`~dasknn.locations.are_files`): a store with many layers is asked in waves.
+IN_FLIGHT = 64
+
+
+def open_each(group: zarr.Group, wanted: list[tuple[str, list[str]]]) -> list[list[Any]]:
+    """For each ``(under, names)``: the node ``under`` (name ``""``) and its children ``names`` in ``group``, their
+    metadata read side by side in one call into Zarr's event loop (at most :data:`IN_FLIGHT` at once); each a
+    :class:`zarr.Array` or :class:`zarr.Group`, or the exception opening it raised (a missing one's ``KeyError``
+    names it as opening it alone would: ``under``, or its name).
 
     Each synchronous Zarr call waits for Zarr's event-loop thread, and behind a URL for a request's answer: a
-    model-mode part layer read one node at a time waited for 11 of them."""
+    model-mode part layer opened one node at a time waited for 6 answers in a row, a 480-layer store 1,920."""
     from zarr.core.sync import sync
 
-    async def opened(name: str) -> Any:
-        try:
-            node = await group._async_group.getitem(f"{under}/{name}" if name else under)
-        except KeyError:
-            raise KeyError(name or under) from None
-        return zarr.Array(node) if isinstance(node, zarr.AsyncArray) else zarr.Group(node)
-
     async def every() -> list[Any]:
-        return await asyncio.gather(*(opened(n) for n in names), return_exceptions=True)
+        limit = asyncio.Semaphore(IN_FLIGHT)
 
-    return sync(every())
+        async def opened(under: str, name: str) -> Any:
+            async with limit:
+                try:
+                    node = await group._async_group.getitem(f"{under}/{name}" if name else under)
+                except KeyError:
+                    raise KeyError(name or under) from None
+            return zarr.Array(node) if isinstance(node, zarr.AsyncArray) else zarr.Group(node)
+
+        return await asyncio.gather(*(opened(under, n) for under, names in wanted for n in names),
+                                    return_exceptions=True)
+
+    flat = iter(sync(every()))
+    return [[next(flat) for _ in names] for _, names in wanted]
+
+
+def open_together(group: zarr.Group, under: str, names: list[str]) -> list[Any]:
+    """:func:`open_each` of one node and its children."""
+    return open_each(group, [(under, names)])[0]
 
 
 def read_together(reads: list[tuple[zarr.Array, slice]]) -> list[Any]:
@@ -161,8 +187,13 @@ def read_together(reads: list[tuple[zarr.Array, slice]]) -> list[Any]:
     from zarr.core.sync import sync
 
     async def every() -> list[Any]:
-        return await asyncio.gather(*(arr._async_array.getitem(where) for arr, where in reads),
-                                    return_exceptions=True)
+        limit = asyncio.Semaphore(IN_FLIGHT)
+
+        async def read(arr: zarr.Array, where: slice) -> Any:
+            async with limit:
+                return await arr._async_array.getitem(where)
+
+        return await asyncio.gather(*(read(arr, where) for arr, where in reads), return_exceptions=True)
 
     return sync(every())
 

@@ -190,7 +190,9 @@ class NetworkStore:
         self._layers: list[Sparse | None] = [None] * self.depth
         with metadata_of(self.path):
             if check != "lazy":
-                self._layers = [self._layer_meta(k) for k in range(1, self.depth + 1)]
+                # every layer's metadata read side by side (Sparse.open_all): behind a URL, a few waves of answers
+                named = [(f"layers/{k}", f"layer {k}") for k in range(1, self.depth + 1)]
+                self._layers = Sparse.open_all(self.root, named, "CSC", (n, n), self.path)
                 if sum(s.nnz for s in self._layers) != self.edges:
                     raise DasknnError("the layers' entries do not add up to the store's edge count", self.path)
             # by the folder, not zarr's listing: inputs whose metadata is damaged are an error, not absent

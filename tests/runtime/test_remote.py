@@ -103,11 +103,15 @@ class _CountingHandler(_QuietHandler):
                 cls.now -= 1
 
 
+class _ManyConnections(http.server.ThreadingHTTPServer):
+    request_queue_size = 128  # (the default 5 would drop connections asked for together, retried a second later)
+
+
 @pytest.fixture()
 def counting_root(slice_store):
     """The slice store's folder served over HTTP by a server that counts the requests it has in hand at once."""
     handler = functools.partial(_CountingHandler, directory=str(slice_store.parent))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _ManyConnections(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}", _CountingHandler
@@ -130,3 +134,7 @@ def test_a_layer_behind_a_url_is_asked_for_side_by_side(counting_root, slice_sto
     names = ["layers/5/values/c/0", "layers/5/indices_1/c/0", "layers/5/values/c/9", "zarr.json"]
     assert are_files(url, names) == [True, True, False, True]
     assert counter.most >= 3
+    counter.most = 0
+    again = store.open_store(url, check="metadata")  # every layer's metadata and chunk files asked for together
+    assert counter.most >= 8
+    assert again.layer_entries().tolist() == s.layer_entries().tolist()
