@@ -124,7 +124,7 @@ class Sparse:
             whole = start == 0 and stop == self.pointers.shape[0] - 1
             got = read_together([(self.pointers, slice(start, stop + 1))]
                                 + ([(self.indices, slice(0, self.nnz)), (self.values, slice(0, self.nnz))]
-                                   if whole else []))
+                                   if whole else []), side_by_side=is_url(self.store))
             ptr = np.asarray(raised(got[0]), dtype=np.int64)
             if ptr.size and (np.any(np.diff(ptr) < 0) or ptr[0] < 0 or ptr[-1] > self.nnz):
                 raise DasknnError(f"{self.name}: pointers_to_1 is not monotone within 0..nnz", self.store)
@@ -134,7 +134,8 @@ class Sparse:
                 raise DasknnError(f"{self.name}: pointers_to_1 must end at the number of entries", self.store)
             a, b = int(ptr[0]), int(ptr[-1])
             if not whole:
-                got += read_together([(self.indices, slice(a, b)), (self.values, slice(a, b))])
+                got += read_together([(self.indices, slice(a, b)), (self.values, slice(a, b))],
+                                     side_by_side=is_url(self.store))
             idx = np.asarray(raised(got[1]), dtype=np.int32)
             val = np.asarray(raised(got[2]))
         except DasknnError:
