@@ -87,23 +87,23 @@ def check_arrays(arrays: list[tuple[Any, str]], store: Path, kinds: str = "iuf")
     return [arr for arr, _ in arrays]
 
 
-def array_problems(arrays: list[tuple[Any, str]], store: Path, kinds: str = "iuf") -> list[DasknnError | None]:
+def array_problems(arrays: list[tuple], store: Path, kinds: str = "iuf") -> list[DasknnError | None]:
     """What :func:`check_array` would refuse each ``(array, label)`` for (None: nothing), their chunk files asked
-    for side by side."""
+    for side by side; an ``(array, label, kinds)`` allows its own kinds of numbers."""
     problems: list[DasknnError | None] = []
     chunks: list[list[tuple[int, ...]]] = []
-    for arr, label in arrays:
+    for arr, label, *own in arrays:
         try:
-            _check_metadata(arr, label, store, kinds)
+            _check_metadata(arr, label, store, own[0] if own else kinds)
             problems.append(None)
             grid = (range(-(-int(n) // int(k))) for n, k in zip(arr.shape, arr.chunks))
             chunks.append(list(itertools.product(*grid)))
         except DasknnError as e:
             problems.append(e)
             chunks.append([])
-    keys = [f"{arr.path}/c/{'/'.join(map(str, c))}" for (arr, _), cs in zip(arrays, chunks) for c in cs]
+    keys = [f"{item[0].path}/c/{'/'.join(map(str, c))}" for item, cs in zip(arrays, chunks) for c in cs]
     there = iter(are_files(store if is_url(store) else Path(store), keys, IN_FLIGHT))
-    for i, ((arr, label), cs) in enumerate(zip(arrays, chunks)):
+    for i, ((arr, label, *_), cs) in enumerate(zip(arrays, chunks)):
         # zarr reads a missing chunk as its fill value: a lost file would be silently read as zeros
         missing = [c for c in cs if not next(there)]
         if problems[i] is not None:
@@ -152,7 +152,7 @@ def open_each(group: zarr.Group, wanted: list[tuple[str, list[str]]]) -> list[li
     """For each ``(under, names)``: the node ``under`` (name ``""``) and its children ``names`` in ``group``, their
     metadata read side by side in one call into Zarr's event loop (at most :data:`IN_FLIGHT` at once); each a
     :class:`zarr.Array` or :class:`zarr.Group`, or the exception opening it raised (a missing one's ``KeyError``
-    names it as opening it alone would: ``under``, or its name).
+    names it as opening it from its parent would: ``under``, or its name's last part).
 
     Each synchronous Zarr call waits for Zarr's event-loop thread, and behind a URL for a request's answer: a
     model-mode part layer opened one node at a time waited for 6 answers in a row, a 480-layer store 1,920."""
@@ -166,7 +166,7 @@ def open_each(group: zarr.Group, wanted: list[tuple[str, list[str]]]) -> list[li
                 try:
                     node = await group._async_group.getitem(f"{under}/{name}" if name else under)
                 except KeyError:
-                    raise KeyError(name or under) from None
+                    raise KeyError(name.rsplit("/", 1)[-1] or under) from None
             return zarr.Array(node) if isinstance(node, zarr.AsyncArray) else zarr.Group(node)
 
         return await asyncio.gather(*(opened(under, n) for under, names in wanted for n in names),

@@ -48,6 +48,9 @@ def read_plan_owners(path: str | os.PathLike[str], start: int, stop: int) -> np.
     return np.asarray(check_array(root["owners"], "owners", location(path), "iu")[start:stop])
 
 
+#: A part's block's arrays (a binsparse group's).
+_BLOCK = ("pointers_to_1", "indices_1", "values")
+
 #: The lists of a PartLayer, in the order they are packed into one array per part and layer.
 _LISTS = ("outputs", "inputs", "local_dst", "local_src")
 
@@ -139,24 +142,29 @@ class PlanStore:
 
         label = f"part plan layer {k} part {q}"
         try:
-            # the part's nodes opened side by side: each call into Zarr is a hop (common.open_together)
-            nodes = open_together(self.root, f"l{k}/p{q}", ["", "lists", "block"])
-            g, lists, block = (raised(node) for node in nodes)
+            # the part's nodes opened side by side, their chunk files asked for together, its arrays read in two
+            # calls: behind a URL each call into Zarr waits for its answers (common.open_each)
+            nodes = open_together(self.root, f"l{k}/p{q}", ["", "lists", "block", *(f"block/{a}" for a in _BLOCK)])
+            g, lists, block = (raised(node) for node in nodes[:3])
             desc = dict(g.attrs)["lists"]
             sizes, recv, send = list(desc["sizes"]), list(desc["recv"]), list(desc["send"])
-            flat = np.asarray(check_array(lists, f"{label}: lists", self.path, "iu")[:], dtype=np.int64)
             shape = tuple(dict(block.attrs)["binsparse"]["shape"])
         except DasknnError:
             raise
         except Exception as e:  # a missing group or chunk, damaged metadata, a checksum
+            raise DasknnError(f"{label}: missing or damaged ({type(e).__name__}: {e})", self.path) from None
+        (matrix,) = Sparse.from_nodes([(nodes[2:], f"{label}: block")], "CSC", [shape], self.path,
+                                      beside=[(lists, f"{label}: lists", "iu")])
+        try:
+            flat = np.asarray(lists[:], dtype=np.int64)
+        except Exception as e:  # a missing or damaged chunk, a checksum
             raise DasknnError(f"{label}: missing or damaged ({type(e).__name__}: {e})", self.path) from None
         if len(sizes) != len(_LISTS) + len(recv) + len(send) or sum(sizes) != flat.size:
             raise DasknnError(f"{label}: its lists do not match their sizes", self.path)
         lists = np.split(flat, np.cumsum(sizes)[:-1])
         pl = PartLayer(outputs=lists[0], inputs=lists[1], local=(lists[2], lists[3]),
                        recv=dict(zip(recv, lists[4:4 + len(recv)])), send=dict(zip(send, lists[4 + len(recv):])))
-        block = Sparse.open(g, "block", "CSC", shape, f"{label}: block", self.path)
-        indptr, indices, data = block.read(0, shape[1])
+        indptr, indices, data = matrix.read(0, shape[1])
         return pl, (indptr, indices, data.astype(dtype, copy=False))
 
 

@@ -43,6 +43,10 @@ def write_sparse(group: zarr.Group, fmt: str, m: sp.csc_matrix | sp.csr_matrix, 
     group.attrs.update({"binsparse": _binsparse(fmt, m.shape, nnz, m.data.dtype), **(extra or {})})
 
 
+#: A stored matrix's arrays, in its group.
+_ARRAYS = ("pointers_to_1", "indices_1", "values")
+
+
 @dataclass(frozen=True)
 class Sparse:
     """One stored binsparse matrix, opened lazily; reads check what they read."""
@@ -66,9 +70,19 @@ class Sparse:
         """:meth:`open` of each ``(name, label)``, refused in their order as opening them one by one would; their
         metadata read, and their chunk files asked for, side by side (behind a URL, a store of 480 layers waits
         for a few waves of answers, not for 3,360 answers in a row)."""
-        arrays = ("pointers_to_1", "indices_1", "values")
+        opened = open_each(root, [(name, ["", *_ARRAYS]) for name, _ in matrices])
+        return cls.from_nodes([(nodes, label) for nodes, (_, label) in zip(opened, matrices)], fmt,
+                              [shape] * len(matrices), store)
+
+    @classmethod
+    def from_nodes(cls, matrices: list[tuple[list[Any], str]], fmt: str, shapes: list[tuple[int, int]], store: Path,
+                   beside: list[tuple[zarr.Array, str, str]] = ()) -> list[Sparse]:
+        """The matrices of ``(nodes, label)``, each's nodes as :func:`~dasknn.store.common.open_each` opened them
+        (its group, then its ``pointers_to_1``, ``indices_1`` and ``values``), checked as :meth:`open` checks them;
+        ``beside``: other arrays, each with its label and the kinds of numbers it may hold
+        (:func:`~dasknn.store.common.array_problems`), checked with them and refused first."""
         opened: list[tuple | DasknnError] = []
-        for (name, label), nodes in zip(matrices, open_each(root, [(name, ["", *arrays]) for name, _ in matrices])):
+        for nodes, label in matrices:
             try:
                 g, p, i, v = (raised(node) for node in nodes)
                 opened.append((g, p, i, v, dict(g.attrs)["binsparse"]))
@@ -76,14 +90,17 @@ class Sparse:
                 opened.append(DasknnError(f"{label} is missing or incomplete ({e})", store))
             except Exception as e:  # metadata zarr cannot parse (a mangled zarr.json, an unknown codec)
                 opened.append(DasknnError(f"{label}: damaged metadata ({type(e).__name__}: {e})", store))
-        checked = [(node, f"{label}: {a}") for (_, label), got in zip(matrices, opened)
-                   if not isinstance(got, DasknnError) for a, node in zip(arrays, got[1:4])]
+        checked = list(beside) + [(node, f"{label}: {a}") for (_, label), got in zip(matrices, opened)
+                                  if not isinstance(got, DasknnError) for a, node in zip(_ARRAYS, got[1:4])]
         problems = iter(array_problems(checked, store))
+        for problem in [next(problems) for _ in beside]:
+            if problem is not None:
+                raise problem
         out = []
-        for (_, label), got in zip(matrices, opened):
+        for (_, label), got, shape in zip(matrices, opened, shapes):
             if isinstance(got, DasknnError):
                 raise got
-            for problem in [next(problems) for _ in arrays]:
+            for problem in [next(problems) for _ in _ARRAYS]:
                 if problem is not None:
                     raise problem
             out.append(cls._described(*got[1:], fmt, shape, label, store))

@@ -274,6 +274,25 @@ def test_damaged_part_plan_is_named(small_store, tmp_path):
         found.part_layer(1, 3, "float32")
 
 
+@pytest.mark.parametrize("lost, message", [
+    ("lists/c/0", r"part plan layer 3 part 1: lists: chunk 0 is missing"),
+    ("block/values/zarr.json", r"part plan layer 3 part 1: block is missing or incomplete \('values'\)"),
+    ("block/zarr.json", r"part plan layer 3 part 1: missing or damaged \(KeyError: 'block'\)"),
+])
+def test_a_part_layer_missing_a_piece_is_named(small_store, tmp_path, lost, message):
+    # a part layer's nodes are opened, and its chunk files asked for, side by side: what is missing is still named
+    from dasknn import partition
+
+    path, net, _ = small_store
+    owners = partition.partition_network(net.layers, 2, "block")
+    _write_part_plan(path, tmp_path / "plan", owners)
+    (tmp_path / "plan" / "l3" / "p1" / lost).unlink()
+    found = store.open_plan_store(tmp_path / "plan", str(path), owners)
+    found.part_layer(1, 2, "float32")  # the others still read
+    with pytest.raises(DasknnError, match=message):
+        found.part_layer(1, 3, "float32")
+
+
 def test_a_chunk_half_written_by_a_killed_writer_is_computed_again(tmp_path):
     path = tmp_path / "run.zarr"
     run = {"network": "n", "inputs": "i", "images": 30, "dtype": "float32", "chunks": [[0, 10], [10, 20], [20, 30]]}
