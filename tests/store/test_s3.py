@@ -16,6 +16,7 @@ pytest.importorskip("moto.server", reason="the s3:// tests need moto's server (p
 from s3 import BUCKET, authentication, environment, moto_server, stalled_endpoint  # noqa: E402
 
 from dasknn import cli, io, locations, store  # noqa: E402
+from dasknn.errors import DasknnError  # noqa: E402
 
 SLICE = f"s3://{BUCKET}/slice.zarr"
 GENERATED = f"s3://{BUCKET}/generated.zarr"
@@ -218,6 +219,18 @@ def test_wrong_credentials_are_one_line(slice_url, s3, capsys):
     with authentication(s3), environment(s3.environment(AWS_SECRET_ACCESS_KEY="not-the-secret")):
         err = one_line_error(capsys, "info", slice_url, within=10)
     assert "access denied" in err and "AWS_SECRET_ACCESS_KEY" in err
+
+
+def test_chunk_files_asked_together_are_answered_as_one_at_a_time(slice_url, s3):
+    # locations.are_files asks s3fs's asynchronous calls side by side: the answers, and a refused key's one line,
+    # are what asking one at a time (locations.is_file) gives
+    names = ["zarr.json", "layers/3/values/c/0", "layers/3/values/c/7", "absent/zarr.json"]
+    assert locations.are_files(slice_url, names) == [locations.is_file(f"{slice_url}/{n}") for n in names]
+    assert locations.are_files(slice_url, names) == [True, True, False, False]
+    with authentication(s3), environment(s3.environment(AWS_SECRET_ACCESS_KEY="not-the-secret")):
+        with pytest.raises(DasknnError, match="access denied") as refused:
+            locations.are_files(slice_url, names)
+    assert "\n" not in str(refused.value)
 
 
 def test_a_missing_bucket_is_one_line(s3, capsys):
