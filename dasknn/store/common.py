@@ -75,16 +75,10 @@ def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf") -> zarr.A
     Stores are read as data only: an object dtype or an unknown codec (a pickle codec could run code when a
     chunk is decoded) is an error naming ``label``, never a read.
     """
-    return check_arrays([(arr, label)], store, kinds)[0]
-
-
-def check_arrays(arrays: list[tuple[Any, str]], store: Path, kinds: str = "iuf") -> list[zarr.Array]:
-    """:func:`check_array` of each ``(array, label)``, refused in their order; whether their chunk files are all
-    there is asked side by side (behind a URL, about one request's wait for them all)."""
-    for problem in array_problems(arrays, store, kinds):
-        if problem is not None:
-            raise problem
-    return [arr for arr, _ in arrays]
+    (problem,) = array_problems([(arr, label)], store, kinds)
+    if problem is not None:
+        raise problem
+    return arr
 
 
 def array_problems(arrays: list[tuple], store: Path, kinds: str = "iuf") -> list[DasknnError | None]:

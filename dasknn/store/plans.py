@@ -15,7 +15,7 @@ from ..locations import as_location, remove
 from .common import (VERSION, WRITE_ALL, check_array, codecs, location, open_group, open_root, open_together,
                      raised)
 from .held import held_opener
-from .sparse import Sparse, write_sparse
+from .sparse import MATRIX_ARRAYS, Sparse, write_sparse
 
 PLAN_FORMAT = "dasknn-part-plan"
 
@@ -47,9 +47,6 @@ def read_plan_owners(path: str | os.PathLike[str], start: int, stop: int) -> np.
     root = open_group(location(path), mode="r")
     return np.asarray(check_array(root["owners"], "owners", location(path), "iu")[start:stop])
 
-
-#: A part's block's arrays (a binsparse group's).
-_BLOCK = ("pointers_to_1", "indices_1", "values")
 
 #: The lists of a PartLayer, in the order they are packed into one array per part and layer.
 _LISTS = ("outputs", "inputs", "local_dst", "local_src")
@@ -144,7 +141,8 @@ class PlanStore:
         try:
             # the part's nodes opened side by side, their chunk files asked for together, its arrays read in two
             # calls: behind a URL each call into Zarr waits for its answers (common.open_each)
-            nodes = open_together(self.root, f"l{k}/p{q}", ["", "lists", "block", *(f"block/{a}" for a in _BLOCK)])
+            names = ["", "lists", "block", *(f"block/{a}" for a in MATRIX_ARRAYS)]
+            nodes = open_together(self.root, f"l{k}/p{q}", names)
             g, lists, block = (raised(node) for node in nodes[:3])
             desc = dict(g.attrs)["lists"]
             sizes, recv, send = list(desc["sizes"]), list(desc["recv"]), list(desc["send"])

@@ -43,8 +43,8 @@ def write_sparse(group: zarr.Group, fmt: str, m: sp.csc_matrix | sp.csr_matrix, 
     group.attrs.update({"binsparse": _binsparse(fmt, m.shape, nnz, m.data.dtype), **(extra or {})})
 
 
-#: A stored matrix's arrays, in its group.
-_ARRAYS = ("pointers_to_1", "indices_1", "values")
+#: A stored matrix's arrays, in its group (what :meth:`Sparse.from_nodes` takes after the group itself).
+MATRIX_ARRAYS = ("pointers_to_1", "indices_1", "values")
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Sparse:
         """:meth:`open` of each ``(name, label)``, refused in their order as opening them one by one would; their
         metadata read, and their chunk files asked for, side by side (behind a URL, a store of 480 layers waits
         for a few waves of answers, not for 3,360 answers in a row)."""
-        opened = open_each(root, [(name, ["", *_ARRAYS]) for name, _ in matrices])
+        opened = open_each(root, [(name, ["", *MATRIX_ARRAYS]) for name, _ in matrices])
         return cls.from_nodes([(nodes, label) for nodes, (_, label) in zip(opened, matrices)], fmt,
                               [shape] * len(matrices), store)
 
@@ -91,7 +91,7 @@ class Sparse:
             except Exception as e:  # metadata zarr cannot parse (a mangled zarr.json, an unknown codec)
                 opened.append(DasknnError(f"{label}: damaged metadata ({type(e).__name__}: {e})", store))
         checked = list(beside) + [(node, f"{label}: {a}") for (_, label), got in zip(matrices, opened)
-                                  if not isinstance(got, DasknnError) for a, node in zip(_ARRAYS, got[1:4])]
+                                  if not isinstance(got, DasknnError) for a, node in zip(MATRIX_ARRAYS, got[1:4])]
         problems = iter(array_problems(checked, store))
         for problem in [next(problems) for _ in beside]:
             if problem is not None:
@@ -100,7 +100,7 @@ class Sparse:
         for (_, label), got, shape in zip(matrices, opened, shapes):
             if isinstance(got, DasknnError):
                 raise got
-            for problem in [next(problems) for _ in _ARRAYS]:
+            for problem in [next(problems) for _ in MATRIX_ARRAYS]:
                 if problem is not None:
                     raise problem
             out.append(cls._described(*got[1:], fmt, shape, label, store))
