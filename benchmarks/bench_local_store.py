@@ -35,6 +35,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from versions import add_tree_argument, named_trees, tree_env  # noqa: E402
+
 MODES = "local,pipeline,model,auto"
 ROW_MARK = "ROW "
 
@@ -71,10 +73,9 @@ def child(store: str, modes: list[str], workers: int, memory_limit: str, plan: s
 
 def run_child(tree: str, args) -> list[dict]:
     """One round of ``tree``: its rows, its output passed through."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))}
     cmd = [sys.executable, __file__, args.store, "--child", "--modes", args.modes, "--workers", str(args.workers),
            "--memory-limit", args.memory_limit, "--plan", args.plan]
-    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True)
+    out = subprocess.run(cmd, env=tree_env(tree), stdout=subprocess.PIPE, text=True, check=True)
     rows = []
     for line in out.stdout.splitlines():
         if line.startswith(ROW_MARK):
@@ -115,8 +116,7 @@ def ratios(results: list[tuple[str, int, list[dict]]], before: str, after: str) 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("store")
-    p.add_argument("--tree", action="append", default=[],
-                   help="NAME=PATH of a source tree (its dasknn package inside), in the order they run each round")
+    add_tree_argument(p)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--modes", default=MODES, help="local: data mode streamed")
     p.add_argument("--workers", type=int, default=2, help="workers, and model mode's parts K")
@@ -128,16 +128,14 @@ def main() -> None:
     if args.child:
         child(args.store, args.modes.split(","), args.workers, args.memory_limit, args.plan)
         return
-    trees = [t.split("=", 1) for t in args.tree]
-    if len(trees) < 1 or any(len(t) != 2 for t in trees):
-        raise SystemExit("bench_local_store: give each tree as --tree NAME=PATH")
+    trees = named_trees(args, "bench_local_store")
     started = datetime.now(timezone.utc)
     results = []
     for rnd in range(1, args.rounds + 1):
         for name, tree in trees:
             print(f"round {rnd}, {name} ({tree}), {datetime.now(timezone.utc):%H:%M:%S} UTC, load average "
                   f"{os.getloadavg()[0]:.1f}", flush=True)
-            results.append((name, rnd, run_child(str(Path(tree).resolve()), args)))
+            results.append((name, rnd, run_child(tree, args)))
             print(table(results), flush=True)  # so far: a run cut short still leaves its rows in the log
     print(f"\n{started:%Y-%m-%d %H:%M}-{datetime.now(timezone.utc):%H:%M} UTC, {platform.node()}, store {args.store}, "
           f"{args.workers} workers of {args.memory_limit}")

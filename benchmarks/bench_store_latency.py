@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -29,6 +28,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from versions import add_tree_argument, named_trees, tree_env  # noqa: E402
+
 ROW_MARK = "ROW "
 
 
@@ -76,7 +79,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("store")
     p.add_argument("--plan", required=True, help="a part plan of the store, in the store's folder or beside it")
-    p.add_argument("--tree", action="append", default=[], help="NAME=PATH of a source tree, in the order they run")
+    add_tree_argument(p)
     p.add_argument("--delay-ms", default="0,10,30")
     p.add_argument("--layers", type=int, default=10)
     p.add_argument("--rounds", type=int, default=2)
@@ -89,18 +92,14 @@ def main() -> None:
         return
     if not plan.is_relative_to(store.parent):
         raise SystemExit("bench_store_latency: the plan must be under the store's folder (one server serves both)")
-    trees = [t.split("=", 1) for t in args.tree]
-    if not trees or any(len(t) != 2 for t in trees):
-        raise SystemExit("bench_store_latency: give each tree as --tree NAME=PATH")
+    trees = named_trees(args, "bench_store_latency")
     started = datetime.now(timezone.utc)
     rows: dict[tuple[str, float], list[tuple[float, float]]] = {}
     for _ in range(args.rounds):
         for name, tree in trees:
-            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(tree).resolve()),
-                                                                             os.environ.get("PYTHONPATH")]))}
             cmd = [sys.executable, __file__, str(store), "--plan", str(plan), "--child", "--delay-ms", args.delay_ms,
                    "--layers", str(args.layers)]
-            out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True).stdout
+            out = subprocess.run(cmd, env=tree_env(tree), stdout=subprocess.PIPE, text=True, check=True).stdout
             for line in out.splitlines():
                 if line.startswith(ROW_MARK):
                     r = json.loads(line[len(ROW_MARK):])

@@ -20,10 +20,11 @@ from .network import Network
 if TYPE_CHECKING:
     from .engine import InferenceResult
     from .engine.inputs import InputSource
+    from .store import NetworkStore
 
 
 def infer(
-    network: str | os.PathLike[str] | Network,
+    network: str | os.PathLike[str] | Network | NetworkStore,
     images: Any = None,
     client: Any = None,
     *,
@@ -46,7 +47,8 @@ def infer(
     network
         A dasknn store (a path or a URL), a published GraphChallenge network (``neuron{N}.tar.gz`` or a directory
         of ``n{N}-l{k}.tsv`` layers, imported into a temporary store first), or an in-memory
-        :class:`dasknn.Network` (written to a temporary store first; see :func:`dasknn.store.write_network`).
+        :class:`dasknn.Network` (written to a temporary store first; see :func:`dasknn.store.write_network`), or a
+        store opened with :func:`dasknn.store.open_store` (its metadata not read again, unless opened ``"lazy"``).
         Temporary stores live under ``tmpdir`` for the call: the workers must be able to read that folder.
     images
         The batch, rows are images: None (the inputs stored with the network), a path (an inputs store or a
@@ -100,6 +102,7 @@ def infer(
     from .engine import infer as run
     from .engine.options import options_with
     from .runtime.recovery import ensure_client
+    from .store import NetworkStore
 
     tuning = options_with(None, {**options, "mode": mode, "dtype": dtype, "keep_activations": keep_activations})
     if keep_activations and client is None:
@@ -111,7 +114,9 @@ def infer(
         expected = _truth(truth, stored, images, path, dtype)  # before a cluster: a wrong truth costs no run
         client = stack.enter_context(ensure_client(client))
         inputs = stored if stored is not None else _in_memory_source(images, client, batch)
-        result = run(path, inputs, client, options_with(tuning, {"images": None if stored is None else batch}))
+        # a store opened already goes to the engine as it is: its metadata is not read again
+        result = run(network if isinstance(network, NetworkStore) else path, inputs, client,
+                     options_with(tuning, {"images": None if stored is None else batch}))
     if expected is not None:  # (the one comparison with the truth: the command line's and the challenge's too)
         expected = expected[expected < result.images]
         result.mismatched = int(np.setxor1d(result.categories, expected).size)
@@ -119,11 +124,13 @@ def infer(
     return result
 
 
-def _network_store(network: str | os.PathLike[str] | Network, tmp: Path) -> str:
-    # the network as a store the workers read: as it is, or written into the call's temporary folder
+def _network_store(network: str | os.PathLike[str] | Network | NetworkStore, tmp: Path) -> str:
+    # the network as a store the workers read (its path): as it is, or written into the call's temporary folder
     from .ingest import import_network
-    from .store import is_store, location, write_network
+    from .store import NetworkStore, is_store, location, write_network
 
+    if isinstance(network, NetworkStore):
+        return str(network.path)
     if isinstance(network, Network):
         return str(write_network(tmp / "network.zarr", network))
     if is_store(network):
@@ -143,7 +150,7 @@ def _stored_inputs(images: Any, network: str, tmp: Path) -> str | None:
         return None
     if is_store(images):
         return str(location(images))
-    rows = io.read_images(images, neurons=open_store(network, check="metadata").neurons)
+    rows = io.read_images(images, neurons=open_store(network, check="lazy").neurons)  # (the engine checks it)
     return str(write_inputs_store(tmp / "inputs.zarr", rows, source=os.fspath(images)))
 
 
@@ -200,7 +207,7 @@ def _truth(truth: Any, stored: str | None, images: Any, network: str, dtype: str
     inputs = None if stored is None else open_inputs(stored)
     if truth is None:
         return None if inputs is None else inputs.truth(dtype)
-    shape = open_store(network, check="metadata")
+    shape = open_store(network, check="lazy")  # (its shape: the engine checks its layers)
     rows = inputs.images if inputs is not None else _rows(images)
     return io.checked_truth(truth, rows, shape.neurons, shape.depth)
 

@@ -34,7 +34,21 @@ COLLAPSED_LAYERS = LOOP_LAYERS
 
 def probe_layer_bytes(store, itemsize: int) -> int:
     """The bytes of the network's largest layer as the probe holds it (values, indices and column pointers)."""
-    return int(store.layer_entries().max()) * (itemsize + 8) + (store.neurons + 1) * 8
+    return _held_bytes(store, int(store.layer_entries().max()), itemsize)
+
+
+def window_layer_bytes(store, k: int, itemsize: int) -> int:
+    """:func:`probe_layer_bytes` of the largest of the :data:`LOOP_LAYERS` layers from ``k``, the most a loop timed
+    from ``k`` holds: the metadata of those layers only (a worker's store opened lazily read all 480 layers' of a
+    65,536 x 480 network for the network's largest, 1.4 s a timing on the 2-core VM, and one request after another
+    behind a URL)."""
+    last = min(store.depth, k + LOOP_LAYERS - 1)
+    return _held_bytes(store, max(store.layer_nnz(j) for j in range(k, last + 1)), itemsize)
+
+
+def _held_bytes(store, entries: int, itemsize: int) -> int:
+    # a layer of ``entries`` entries as the kernels hold it: values, int64 indices and column pointers
+    return entries * (itemsize + 8) + (store.neurons + 1) * 8
 
 
 def loop_bytes(layer_bytes: int, activation_bytes: int) -> int:
@@ -106,7 +120,7 @@ def _batch_loop_timing(path: str, k: int, dtype: str, inputs: Any, width: int | 
 
     store = open_store(path, check="lazy")
     dt = np.dtype(dtype)
-    layer_bytes = probe_layer_bytes(store, dt.itemsize)
+    layer_bytes = window_layer_bytes(store, k, dt.itemsize)
     n_layers = min(_loop_layers(layer_bytes), store.depth - k + 1)
     tile = kernels.tile_for(store.neurons, dt.itemsize)
     width = _fitting_width(int(max(1, width or tile)), tile, layer_bytes, store.neurons * dt.itemsize, memory)
@@ -121,12 +135,16 @@ def _batch_loop_timing(path: str, k: int, dtype: str, inputs: Any, width: int | 
     def call():
         return kernels.run_layers(yt, layers, store.bias, store.ymax, ids, folds=Folds())
 
-    columns = call()[2].columns  # (the loop leaves its input as it was: every call runs the same chunk)
+    # (the loop leaves its input as it was: every call runs the same chunk) the call that counts the columns is
+    # the timing's first: a second untimed call cost a 65,536-wide loop 0.36 s more on each worker
+    t0 = time.perf_counter()
+    columns = call()[2].columns
+    first = time.perf_counter() - t0
     entries = np.array([layer[1].size for layer in layers[:columns.size]], dtype=float)
     macs = float(np.dot(columns, entries))
     if macs < LIVELY_SHARE * yt.shape[1] * float(sum(layer[1].size for layer in layers)):
         return None
-    times = _timed_calls(call, seconds)
+    times = _timed_calls(call, seconds, first)
     return LoopTiming(rate=macs / times.median, first_extra=max(0.0, times.first - times.median), layers=n_layers,
                       cpu_rate=macs / times.cpu_median)
 
@@ -243,7 +261,7 @@ def layer_seconds(path: str, k: int, dtype: str, width: int = COLLAPSED_IMAGES, 
     store = open_store(path, check="lazy")
     dt = np.dtype(dtype)
     held = [_layer_arrays(store, j, dt) for j in range(k, min(store.depth, k + _loop_layers(
-        probe_layer_bytes(store, dt.itemsize)) - 1) + 1)]
+        window_layer_bytes(store, k, dt.itemsize)) - 1) + 1)]
     cycle = [held[i % len(held)] for i in range(3 * layers)]
     # one vector, a quarter of it nonzero, repeated: it lives on through the layers (a dead chunk stops early); the
     # chunk, its copy and the loop's buffers within LOOP_BYTES (a worker of 600 MB may run this)
@@ -375,11 +393,13 @@ class CallTimes:
     cpu_median: float
 
 
-def _timed_calls(call, seconds: float) -> CallTimes:
-    # the first call of ``call``, then at least KERNEL_CALLS calls (and ``seconds`` of them on the clock)
-    t0 = time.perf_counter()
-    call()
-    first = time.perf_counter() - t0
+def _timed_calls(call, seconds: float, first: float | None = None) -> CallTimes:
+    # the first call of ``call`` (``first``: its seconds where the caller made it already), then at least
+    # KERNEL_CALLS calls (and ``seconds`` of them on the clock)
+    if first is None:
+        t0 = time.perf_counter()
+        call()
+        first = time.perf_counter() - t0
     times: list[float] = []
     cpu: list[float] = []
     start = time.perf_counter()

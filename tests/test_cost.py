@@ -114,7 +114,8 @@ def test_step_rates_are_shared_out_on_the_clock(slice_store):
 
 def test_loop_timing_on_the_batch_counts_the_columns_its_layers_computed(slice_store, monkeypatch):
     # each call "takes" 1 s (its first 2 s): the rate is then the multiply-adds the chunk's layers did
-    monkeypatch.setattr(rates, "_timed_calls", lambda call, seconds: call() and rates.CallTimes(2.0, 1.0, 1.0))
+    monkeypatch.setattr(rates, "_timed_calls",
+                        lambda call, seconds, first=None: call() and rates.CallTimes(2.0, 1.0, 1.0))
     store = cost.open_store(str(slice_store))
     width = 200
     timed = rates.loop_timing(str(slice_store), 1, "float32", width=width, inputs=str(slice_store))
@@ -518,6 +519,19 @@ def test_the_loop_runs_as_many_whole_tiles_of_a_chunk_as_the_memory_given_holds(
     assert cost.loop_bytes(layer_bytes, 1024 * 3 * tile * 4) > memory
     cost.kernel_rate(str(slice_store), 5, "float32", width=700, seconds=0.01, loop=True, memory=memory)
     assert set(widths) == {2 * tile}
+
+
+def test_the_loops_timed_on_a_worker_read_the_metadata_of_the_layers_they_hold_only(slice_store, monkeypatch):
+    # a worker opens the store lazily: sizing the loop by the network's largest layer read every layer's metadata
+    # (480 of a 65,536 x 480 network, 1.4 s a timing on the 2-core VM; one request after another behind a URL)
+    from dasknn.store import NetworkStore
+
+    opened = set()
+    meta = NetworkStore._layer_meta
+    monkeypatch.setattr(NetworkStore, "_layer_meta", lambda self, k: opened.add(k) or meta(self, k))
+    rates.loop_timing(str(slice_store), 1, "float32", width=64, seconds=0.01, inputs=str(slice_store))
+    rates.layer_seconds(str(slice_store), 3, "float32", width=16, seconds=0.01)
+    assert opened and max(opened) <= 3 + rates.LOOP_LAYERS - 1 < 12  # (the slice has 12 layers)
 
 
 def test_the_loop_runs_the_layers_it_holds_over_again_where_fewer_than_loop_layers_fit(slice_store, monkeypatch):

@@ -77,3 +77,23 @@ def test_the_probe_counts_the_distinct_vectors_among_the_alive_images(stored, sl
             assert np.unique(live.T, axis=0).shape[0] == round(distinct[-1] * width)
             break
         yt = kernels.layer_step(yt, w.indptr, w.indices, w.data, s.bias, s.ymax)
+
+
+def test_the_probe_stops_once_its_images_are_one_vector_and_the_predictions_see_the_same_layers(tmp_path,
+                                                                                                 monkeypatch):
+    # images equal after a layer stay equal after every later one: a probe that carried on past the collapse
+    # learnt nothing the padded figures do not say (a generated 1,024 x 60 network's 64 images are one vector
+    # from layer 14)
+    import numpy as np
+
+    from dasknn import generate
+
+    path = str(generate.write(tmp_path / "g.zarr", 1024, 60, 64, seed=3))
+    stopped = cost.probe(path, path, 64, "float64")
+    monkeypatch.setattr(cost, "PROBE_MIN_LAYERS", 10**6)  # (a local store: only the collapse's stop waits for it)
+    monkeypatch.setattr(cost, "PROBE_TAIL_BUDGET", 1e15)
+    carried = cost.probe(path, path, 64, "float64")
+    assert stopped["probe_layers"] < 20 and carried["probe_layers"] == 60
+    assert round(stopped["distinct"][-1] * 64) == 1
+    for name in ("alive", "distinct"):
+        assert np.array_equal(cost._per_layer(stopped[name], 60), cost._per_layer(carried[name], 60)), name

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,12 +23,15 @@ from ..locations import as_location
 from .common import (Progress, Stages, add_name_arguments, check_report, emit, explain_table, local_argument,
                      loss_lines, mismatch_line, performance_report, plural, positive_int, say_losses)
 
+if TYPE_CHECKING:
+    from ..store import NetworkStore
+
 
 @dataclass(frozen=True)
 class Prepared:
     """What ``dasknn infer`` runs on, resolved and checked before any cluster starts."""
 
-    network: Path | str
+    network: NetworkStore  # opened, its metadata checked (the engine does not read it again)
     inputs: Path | str
     truth: np.ndarray | None
     notes: dict
@@ -68,7 +72,7 @@ def prepared_infer(args: argparse.Namespace) -> Iterator[Prepared]:
             network = import_network(args.network, Path(tmp) / "network.zarr")
             notes["import_seconds"] = round(time.perf_counter() - t0, 3)
             timings.enter("reading")
-        shape = open_store(network, check="metadata")
+        shape = open_store(network, check="lazy")  # its shape (checked_arguments reads its layers' metadata)
         if args.inputs is None:
             inputs = network
         elif is_store(args.inputs):
@@ -79,11 +83,11 @@ def prepared_infer(args: argparse.Namespace) -> Iterator[Prepared]:
             if narrow:
                 print(f"dasknn: warning: {narrow}", file=sys.stderr, flush=True)
             inputs = write_inputs_store(Path(tmp) / "inputs.zarr", rows, source=os.fspath(args.inputs))
-        engine.checked_arguments(network, inputs, options_of(args))
+        _, store, _, _ = engine.checked_arguments(network, inputs, options_of(args))
         stored = open_inputs(inputs)
         truth = (io.checked_truth(args.truth, stored.images, shape.neurons, shape.depth, args.any_name) if args.truth
                  else stored.truth(args.dtype))
-        yield Prepared(network, inputs, truth, notes)
+        yield Prepared(store, inputs, truth, notes)
 
 
 def options_of(args: argparse.Namespace, progress=None):

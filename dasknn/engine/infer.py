@@ -17,7 +17,7 @@ from ..runtime.dashboard import publish_traffic
 from ..runtime.kept import detach
 from ..runtime.recovery import Recovery, ensure_client, memory_of, smallest_memory_limit, workers_info
 from ..stages import StagePlacement, place_stages, stage_capacity
-from ..store import location, open_results, open_store, read_results
+from ..store import NetworkStore, location, open_results, open_store, read_results
 from .data_mode import ChunkAgain
 from .execute import Job, LayerBytes, Pass, execute
 from .groups import check_mode
@@ -115,14 +115,15 @@ class InferenceResult:
         return done / self.seconds if done is not None and self.seconds > 0 else float("nan")
 
 
-def infer(network: str | os.PathLike[str], inputs: str | os.PathLike[str] | InputSource | None = None, client=None,
-          options: InferenceOptions | None = None, **changes) -> InferenceResult:
+def infer(network: str | os.PathLike[str] | NetworkStore, inputs: str | os.PathLike[str] | InputSource | None = None,
+          client=None, options: InferenceOptions | None = None, **changes) -> InferenceResult:
     """Run batch inference of a stored network on stored inputs, on a Dask cluster.
 
     Parameters
     ----------
     network
-        A dasknn store (see :mod:`dasknn.store`).
+        A dasknn store (see :mod:`dasknn.store`): its path or URL, or the store opened (its metadata not read again
+        where it was read on opening: :func:`~dasknn.store.open_store` with any ``check`` but ``"lazy"``).
     inputs
         A store holding inputs (the network store itself by default), or an :class:`~dasknn.engine.inputs.InputSource`
         (arrays scattered to the workers, a dask.array's chunks: see :func:`dasknn.infer`).
@@ -315,7 +316,7 @@ def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:
     """Check :func:`infer`'s arguments without a cluster: what it would refuse, refused first, in one line.
 
     The command line calls it before it starts a cluster, so a wrong path or ``--batch -1`` costs no cluster's
-    start; :func:`infer` calls it again (cheap: the store's metadata).
+    start, and gives :func:`infer` the store it opened (whose metadata is then not read again).
 
     Returns
     -------
@@ -323,8 +324,14 @@ def checked_arguments(network, inputs, options: InferenceOptions) -> tuple:
         The network's path, its store, the input source and the number of images to run.
     """
     options.check()
-    path = str(location(network))  # a local store, or a URL the workers read through fsspec
-    store = open_store(path, check="metadata")  # the workers check every block they read
+    if isinstance(network, NetworkStore) and network.metadata_checked:
+        # opened and checked already (the command line's, before its cluster): opening a 65,536 x 480 network's
+        # metadata again took 1.15 s on the 2-core VM, a wait per request behind a URL
+        store, path = network, str(network.path)
+    else:
+        # a local store, or a URL the workers read through fsspec
+        path = str(location(network.path if isinstance(network, NetworkStore) else network))
+        store = open_store(path, check="metadata")  # the workers check every block they read
     source = inputs if isinstance(inputs, InputSource) else stored_source(
         path if inputs is None else str(location(inputs)))
     if source.neurons != store.neurons:

@@ -170,6 +170,8 @@ class NetworkStore:
 
     def __init__(self, path: str | os.PathLike[str], check: str = "auto", hold_bytes: int = 0):
         self.path = location(path)
+        #: whether every layer's metadata was read and checked on opening (every ``check`` but ``"lazy"``)
+        self.metadata_checked = check != "lazy"
         self.root, attrs = open_root(self.path, (FORMAT,), held_opener(hold_bytes))
         #: with ``hold_bytes``: the reads kept in memory (:class:`~dasknn.store.held.HeldReads`), else None
         self.held = self.root.store if hold_bytes > 0 else None
