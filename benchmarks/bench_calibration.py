@@ -39,7 +39,9 @@ def run_once(tree: str, args) -> dict:
     if args.batch:
         cmd += ["--batch", str(args.batch)]
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, env=tree_env(tree), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # (run from the tree: ``python -m`` puts the working folder first on the path, before PYTHONPATH)
+    out = subprocess.run(cmd, env=tree_env(tree), cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
     wall = time.perf_counter() - t0
     if out.returncode != 0:
         raise SystemExit(f"bench_calibration: {tree} exited {out.returncode}: {out.stderr.strip()[-2000:]}")
@@ -89,6 +91,8 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=None, help="images to run (default: all stored)")
     args = p.parse_args()
     trees = named_trees(args, "bench_calibration")
+    if "://" not in args.store:
+        args.store = str(Path(args.store).resolve())  # (each run's working folder is its tree)
     started = datetime.now(timezone.utc)
     for name, tree in trees:  # each tree's compiled kernels cached before the clock
         t0 = time.perf_counter()

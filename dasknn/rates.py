@@ -111,6 +111,8 @@ def loop_timing(path: str, k: int, dtype: str, width: int | None = None, seconds
 #: The share of its layers' full load (every image computed on every layer) below which a sample of the batch is
 #: not timed for data mode's multiply-adds (:func:`loop_timing`).
 LIVELY_SHARE = 0.25
+#: Images of a chunk :func:`loop_timing` times its rate on, where the chunk has more than twice as many.
+LOOP_RATE_IMAGES = 2048
 
 
 def _batch_loop_timing(path: str, k: int, dtype: str, inputs: Any, width: int | None, seconds: float,
@@ -128,6 +130,13 @@ def _batch_loop_timing(path: str, k: int, dtype: str, inputs: Any, width: int | 
         # not even one tile's loop fits: one step's rate, as _kernel_timing times it (a 200-image chunk of a
         # 65,536-wide network took 313 MB more here, and a worker of 600 MB was lost in the probe)
         return None
+    # a chunk wider than twice LOOP_RATE_IMAGES is timed on its first LOOP_RATE_IMAGES images: the loop's rate a
+    # multiply-add is the same at any width (the real n1024-l120's: 5.4-5.7e9 a second from 1,024 to 15,000
+    # images), and timed at a chunk's 15,000 it took 2.7 s on every worker, most of the calibration of the
+    # README's default run; what the first call takes beyond the others (its memory) scales with the width
+    scale = 1.0
+    if width > 2 * LOOP_RATE_IMAGES:
+        scale, width = width / LOOP_RATE_IMAGES, LOOP_RATE_IMAGES
     yt = batch_sample(inputs, width, dt)
     layers = [_layer_arrays(store, j, dt) for j in range(k, k + n_layers)]
     ids = np.arange(yt.shape[1])
@@ -135,18 +144,14 @@ def _batch_loop_timing(path: str, k: int, dtype: str, inputs: Any, width: int | 
     def call():
         return kernels.run_layers(yt, layers, store.bias, store.ymax, ids, folds=Folds())
 
-    # (the loop leaves its input as it was: every call runs the same chunk) the call that counts the columns is
-    # the timing's first: a second untimed call cost a 65,536-wide loop 0.36 s more on each worker
-    t0 = time.perf_counter()
-    columns = call()[2].columns
-    first = time.perf_counter() - t0
+    columns = call()[2].columns  # (the loop leaves its input as it was: every call runs the same chunk)
     entries = np.array([layer[1].size for layer in layers[:columns.size]], dtype=float)
     macs = float(np.dot(columns, entries))
     if macs < LIVELY_SHARE * yt.shape[1] * float(sum(layer[1].size for layer in layers)):
         return None
-    times = _timed_calls(call, seconds, first)
-    return LoopTiming(rate=macs / times.median, first_extra=max(0.0, times.first - times.median), layers=n_layers,
-                      cpu_rate=macs / times.cpu_median)
+    times = _timed_calls(call, seconds)
+    return LoopTiming(rate=macs / times.median, first_extra=max(0.0, times.first - times.median) * scale,
+                      layers=n_layers, cpu_rate=macs / times.cpu_median)
 
 
 def batch_sample(inputs: Any, width: int, dtype: np.dtype) -> np.ndarray:
@@ -393,13 +398,11 @@ class CallTimes:
     cpu_median: float
 
 
-def _timed_calls(call, seconds: float, first: float | None = None) -> CallTimes:
-    # the first call of ``call`` (``first``: its seconds where the caller made it already), then at least
-    # KERNEL_CALLS calls (and ``seconds`` of them on the clock)
-    if first is None:
-        t0 = time.perf_counter()
-        call()
-        first = time.perf_counter() - t0
+def _timed_calls(call, seconds: float) -> CallTimes:
+    # the first call of ``call``, then at least KERNEL_CALLS calls (and ``seconds`` of them on the clock)
+    t0 = time.perf_counter()
+    call()
+    first = time.perf_counter() - t0
     times: list[float] = []
     cpu: list[float] = []
     start = time.perf_counter()

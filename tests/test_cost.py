@@ -114,8 +114,7 @@ def test_step_rates_are_shared_out_on_the_clock(slice_store):
 
 def test_loop_timing_on_the_batch_counts_the_columns_its_layers_computed(slice_store, monkeypatch):
     # each call "takes" 1 s (its first 2 s): the rate is then the multiply-adds the chunk's layers did
-    monkeypatch.setattr(rates, "_timed_calls",
-                        lambda call, seconds, first=None: call() and rates.CallTimes(2.0, 1.0, 1.0))
+    monkeypatch.setattr(rates, "_timed_calls", lambda call, seconds: call() and rates.CallTimes(2.0, 1.0, 1.0))
     store = cost.open_store(str(slice_store))
     width = 200
     timed = rates.loop_timing(str(slice_store), 1, "float32", width=width, inputs=str(slice_store))
@@ -133,6 +132,33 @@ def test_loop_timing_on_the_batch_counts_the_columns_its_layers_computed(slice_s
     layers = [rates._layer_arrays(store, k, np.dtype("float32")) for k in range(1, timed.layers + 1)]
     columns = kernels.run_layers(yt, layers, store.bias, store.ymax, np.arange(width), folds=Folds())[2].columns
     assert timed.rate == pytest.approx(float(np.dot(columns, entries[:columns.size])))
+
+
+def test_loop_timing_of_a_wide_chunk_times_its_first_images(slice_store, monkeypatch):
+    # the loop's rate a multiply-add is the same at any width: a 15,000-image chunk is not timed whole (2.7 s on
+    # every worker), its first LOOP_RATE_IMAGES images are; what its first call takes beyond the others scales to
+    # the chunk's width (each timed call "takes" 1 s, the first 2 s)
+    from dasknn import kernels
+
+    monkeypatch.setattr(rates, "_timed_calls", lambda call, seconds: call() and rates.CallTimes(2.0, 1.0, 1.0))
+    monkeypatch.setattr(rates, "LOOP_RATE_IMAGES", 64)
+    calls = []
+    run_layers = kernels.run_layers
+
+    def recording(yt, *args, **kwargs):
+        out = run_layers(yt, *args, **kwargs)
+        calls.append((yt.shape[1], out[2].columns.copy()))
+        return out
+
+    monkeypatch.setattr(kernels, "run_layers", recording)
+    timed = rates.loop_timing(str(slice_store), 1, "float32", width=300, inputs=str(slice_store))
+    entries = cost.open_store(str(slice_store)).layer_entries()[:timed.layers].astype(float)
+    assert [w for w, _ in calls] == [64, 64]  # counted, timed
+    assert timed.rate == pytest.approx(float(np.dot(calls[0][1], entries[:calls[0][1].size])))
+    assert timed.first_extra == pytest.approx(300 / 64)
+    calls.clear()
+    rates.loop_timing(str(slice_store), 1, "float32", width=128, inputs=str(slice_store))
+    assert [w for w, _ in calls] == [128, 128]  # (not twice as wide: timed whole)
 
 
 def test_loop_timing_on_the_batch_leaves_it_where_not_one_tile_fits_the_memory(slice_store, monkeypatch):
