@@ -330,6 +330,9 @@ def test_explain_prints_every_prediction(slice_store, capsys):
     assert "predicted s" in out and "data" in out and "<- ran: measured" in out
     ran = [line for line in out.splitlines() if "<- ran" in line]
     assert len(ran) == 1 and ran[0].startswith("model")
+    # the collapse the predictions count, over every layer (the probe stops once its images are one vector)
+    probe = [line for line in out.splitlines() if line.startswith("probe: ")]
+    assert len(probe) == 1 and "over the network's 12 layers" in probe[0], probe
 
 
 @pytest.mark.parametrize(("cores", "hidden"), [(0, 1.0), (2, 0.0), (3, 0.5), (4, 1.0), (16, 1.0)])
@@ -619,6 +622,9 @@ def test_the_probe_stops_reading_a_slow_store_after_its_read_budget(slice_store,
     figures = cost.probe(str(slice_store), str(slice_store), 200, "float32")
     # 3 layers at least, then as many as 0.05 s of reads allow: far fewer than the slice's 12
     assert 3 <= figures["probe_layers"] <= 4 and figures["read_rate"] > 0
+    # and PROBE_READ_SHARE of the layers at least, where that is more: the images' collapse seen
+    monkeypatch.setattr(cost, "PROBE_READ_SHARE", 0.5)
+    assert 6 <= cost.probe(str(slice_store), str(slice_store), 200, "float32")["probe_layers"] <= 7
 
 
 def test_the_probe_carries_a_few_images_through_the_layers_past_its_budget(slice_store, monkeypatch):

@@ -210,10 +210,15 @@ def _shown(args: argparse.Namespace, prepared: Prepared, result) -> int:
     if args.explain and not args.json:
         print(explain_table(result.predictions, result.mode, result.group_size, result.seconds), flush=True)
         if result.calibration is not None and result.calibration.distinct:
+            from ..cost import alive_per_layer, computed_per_layer
+
+            # over every layer, as the predictions take them: the probe stops once its images are one vector
             cal = result.calibration
-            print(f"probe: its {cal.probe_images} images held {sum(cal.distinct) / max(sum(cal.alive), 1e-12):.1%} "
-                  f"as many distinct vectors as alive images over the {cal.probe_layers} layers it ran (folded, "
-                  f"the rest computed once; the predictions count the distinct ones)", flush=True)
+            share = computed_per_layer(cal, result.layers).sum() / max(alive_per_layer(cal, result.layers).sum(),
+                                                                        1e-12)
+            print(f"probe: its {cal.probe_images} images held {share:.1%} as many distinct vectors as alive images "
+                  f"over the network's {result.layers} layers ({cal.probe_layers} run, the later ones taken as the "
+                  f"last; folded, the rest computed once; the predictions count the distinct ones)", flush=True)
     verdict = "no truth to compare" if mismatched is None else (
         "matches the truth" if mismatched == 0 else f"differs from the truth on {mismatched} images")
     emit(args, report,

@@ -533,6 +533,29 @@ def test_sigterm_mid_write_is_an_interrupt_and_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_interrupt_between_a_coroutines_making_and_its_awaiting_is_still_one_line(capsys):
+    # SIGTERM mid-write once landed inside Zarr's sync call, after its coroutine was made and before it was
+    # awaited: freed with the interrupt's frames, it warned "never awaited" below the interruption's line
+    import warnings
+
+    from dasknn.cli import EXIT_INTERRUPTED, run_guarded
+
+    async def create_group():
+        pass
+
+    def sync(coroutine):
+        raise KeyboardInterrupt  # (the signal handler's, as Ctrl-C's)
+
+    def writing():
+        sync(create_group())
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert run_guarded(writing) == EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "dasknn: interrupted; nothing partial was kept\n"
+    assert not [w for w in seen if "never awaited" in str(w.message)]
+
+
 def test_sigterm_handler_is_restored_after_a_command(slice_store, capsys):
     import signal
 
