@@ -139,8 +139,8 @@ class PlanStore:
 
         label = f"part plan layer {k} part {q}"
         try:
-            # the part's nodes opened side by side, their chunk files asked for together, its arrays read in two
-            # calls: behind a URL each call into Zarr waits for its answers (common.open_each)
+            # the part's nodes opened side by side, their chunk files asked for together, its arrays read in one
+            # call: behind a URL each call into Zarr waits for its answers (common.open_each)
             names = ["", "lists", "block", *(f"block/{a}" for a in MATRIX_ARRAYS)]
             nodes = open_together(self.root, f"l{k}/p{q}", names)
             g, lists, block = (raised(node) for node in nodes[:3])
@@ -153,8 +153,9 @@ class PlanStore:
             raise DasknnError(f"{label}: missing or damaged ({type(e).__name__}: {e})", self.path) from None
         (matrix,) = Sparse.from_nodes([(nodes[2:], f"{label}: block")], "CSC", [shape], self.path,
                                       beside=[(lists, f"{label}: lists", "iu")])
+        indptr, indices, data, got = matrix.read(0, shape[1], beside=[lists])  # (the lists with the block's arrays)
         try:
-            flat = np.asarray(lists[:], dtype=np.int64)
+            flat = np.asarray(raised(got), dtype=np.int64)
         except Exception as e:  # a missing or damaged chunk, a checksum
             raise DasknnError(f"{label}: missing or damaged ({type(e).__name__}: {e})", self.path) from None
         if len(sizes) != len(_LISTS) + len(recv) + len(send) or sum(sizes) != flat.size:
@@ -162,7 +163,6 @@ class PlanStore:
         lists = np.split(flat, np.cumsum(sizes)[:-1])
         pl = PartLayer(outputs=lists[0], inputs=lists[1], local=(lists[2], lists[3]),
                        recv=dict(zip(recv, lists[4:4 + len(recv)])), send=dict(zip(send, lists[4 + len(recv):])))
-        indptr, indices, data = matrix.read(0, shape[1])
         return pl, (indptr, indices, data.astype(dtype, copy=False))
 
 

@@ -3,6 +3,7 @@ written whole and read back by blocks of rows or columns, every read checked."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,15 +134,22 @@ class Sparse:
     def nnz(self) -> int:
         return int(self.values.shape[0])
 
-    def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Read rows (CSR) or columns (CSC) ``start:stop``: (pointers from 0, indices, values), checked."""
+    def read(self, start: int, stop: int, beside: Sequence[zarr.Array] = ()) -> tuple:
+        """Read rows (CSR) or columns (CSC) ``start:stop``: (pointers from 0, indices, values), checked.
+
+        ``beside``: other arrays read whole in the same call (behind a URL, their answers wait with the matrix's),
+        each following the three as a NumPy array, or as the exception its read raised, for the caller to raise
+        under its own name (:func:`~dasknn.store.common.raised`)."""
         minor = self.shape[0] if self.fmt == "CSC" else self.shape[1]
         try:
             # a whole matrix's three arrays are read side by side; a block's entries once its pointers are known
             whole = start == 0 and stop == self.pointers.shape[0] - 1
             got = read_together([(self.pointers, slice(start, stop + 1))]
                                 + ([(self.indices, slice(0, self.nnz)), (self.values, slice(0, self.nnz))]
-                                   if whole else []), side_by_side=is_url(self.store))
+                                   if whole else []) + [(arr, slice(None)) for arr in beside],
+                                side_by_side=is_url(self.store))
+            extra = got[len(got) - len(beside):]
+            got = got[:len(got) - len(beside)]
             ptr = np.asarray(raised(got[0]), dtype=np.int64)
             if ptr.size and (np.any(np.diff(ptr) < 0) or ptr[0] < 0 or ptr[-1] > self.nnz):
                 raise DasknnError(f"{self.name}: pointers_to_1 is not monotone within 0..nnz", self.store)
@@ -167,7 +175,7 @@ class Sparse:
             raise DasknnError(f"{self.name}: an index is outside 0..{minor - 1}", self.store)
         if not np.all(np.isfinite(val)):
             raise DasknnError(f"{self.name}: a value is NaN or infinite", self.store)
-        return ptr - a, idx, val
+        return (ptr - a, idx, val, *extra)
 
     def _bad_chunk(self, start: int, stop: int) -> str:
         """Which chunk a failed read of ``start:stop`` could not decode (read again one chunk at a time)."""

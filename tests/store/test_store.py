@@ -293,6 +293,28 @@ def test_a_part_layer_missing_a_piece_is_named(small_store, tmp_path, lost, mess
         found.part_layer(1, 3, "float32")
 
 
+def test_a_part_layers_lists_are_read_in_the_call_that_reads_its_block(small_store, tmp_path, monkeypatch):
+    # behind a URL each call into Zarr waits for its answers: the lists read apart from the block's three arrays
+    # were a fourth wait in a row for every part layer
+    from dasknn import partition
+    from dasknn.store import sparse
+
+    path, net, _ = small_store
+    owners = partition.partition_network(net.layers, 2, "block")
+    _write_part_plan(path, tmp_path / "plan", owners)
+    found = store.open_plan_store(tmp_path / "plan", str(path), owners)
+    expected = found.part_layer(1, 3, "float32")
+    calls = []
+    read_together = sparse.read_together
+    monkeypatch.setattr(sparse, "read_together",
+                        lambda reads, **kwargs: calls.append(len(reads)) or read_together(reads, **kwargs))
+    pl, block = found.part_layer(1, 3, "float32")
+    assert calls == [4]  # pointers, indices, values and the lists, in one call
+    np.testing.assert_array_equal(pl.outputs, expected[0].outputs)
+    for got, want in zip(block, expected[1]):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_a_chunk_half_written_by_a_killed_writer_is_computed_again(tmp_path):
     path = tmp_path / "run.zarr"
     run = {"network": "n", "inputs": "i", "images": 30, "dtype": "float32", "chunks": [[0, 10], [10, 20], [20, 30]]}
