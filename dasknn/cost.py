@@ -53,7 +53,7 @@ PROBE_MIN_LAYERS = 8
 #: The share of the network's layers the probe reads behind a URL before its read budget may stop it: the
 #: challenge's images fold onto a few vectors after a dozen or more layers, and a probe stopped before that
 #: predicted every later layer as its last (a 65,536 x 480 network behind 200 Mbit/s read 8 layers in its 2 s,
-#: with 182 of 200 images distinct, where they are one vector from layer 15: every mode's compute predicted 2-9
+#: with 184 of 200 images distinct, where they are one vector from layer 15: every mode's compute predicted 2-9
 #: times its figure at 1 Gbit/s). A twentieth of one read of the network, what any mode reads at least.
 PROBE_READ_SHARE = 0.05
 #: Images the probe carries on through the later layers once its multiply-adds' budget is spent, and the
