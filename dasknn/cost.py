@@ -236,7 +236,7 @@ def probe_width(neurons: int, itemsize: int, images: int, layer_bytes: int = 0,
     return int(min(width, room - room % 16 if room >= 16 else room))
 
 
-def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None = None) -> dict:
+def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None = None, layer_bytes: int = 0) -> dict:
     """Run a sample of the batch through the network on this worker (a task): alive fractions, message factors,
     kernel, packing and store-read rates.
 
@@ -247,13 +247,15 @@ def probe(path: str, inputs: Any, images: int, dtype: str, memory: float | None 
 
     ``inputs`` is the inputs store (its path), or rows in memory the task was given: a scattered batch, or a
     dask.array's first chunk (NumPy, ``scipy.sparse`` or CuPy; the sample is then at most that chunk's rows).
+    ``layer_bytes``, where the caller knows it (0: not), is the network's largest layer as the probe holds it
+    (:func:`~dasknn.rates.probe_layer_bytes`): the store is then opened lazily, the metadata of the layers the
+    probe runs read with them (every layer's took 1 s of a 65,536 x 480 network's probe on the 2-core VM).
     """
-    # the store opened once, by the stream that reads its layers (each open reads every layer's metadata: 1.1 s
-    # for a 65,536 x 480 network on the 2-core VM)
-    stream = LayerStream(path, dtype, keep=1, hold_bytes=PROBE_HOLD_BYTES)
+    # the store opened once, by the stream that reads its layers
+    stream = LayerStream(path, dtype, keep=1, hold_bytes=PROBE_HOLD_BYTES, check="lazy" if layer_bytes else "metadata")
     store = stream.store
     itemsize = np.dtype(dtype).itemsize
-    width = probe_width(store.neurons, itemsize, images, probe_layer_bytes(store, itemsize), memory)
+    width = probe_width(store.neurons, itemsize, images, layer_bytes or probe_layer_bytes(store, itemsize), memory)
     if width == 0:
         stream.close()
         raise MemoryError(f"the cost model's probe cannot sample {PROBE_MIN_IMAGES} images of a {store.neurons}-wide "

@@ -97,3 +97,20 @@ def test_the_probe_stops_once_its_images_are_one_vector_and_the_predictions_see_
     assert round(stopped["distinct"][-1] * 64) == 1
     for name in ("alive", "distinct"):
         assert np.array_equal(cost._per_layer(stopped[name], 60), cost._per_layer(carried[name], 60)), name
+
+
+def test_the_probe_given_the_largest_layer_reads_the_metadata_of_the_layers_it_runs_only(tmp_path, monkeypatch):
+    # every layer's metadata took 1 s of a 65,536 x 480 network's probe: the client knows the largest layer
+    from dasknn import generate, rates
+    from dasknn.store import NetworkStore, open_store
+
+    path = str(generate.write(tmp_path / "g.zarr", 1024, 60, 64, seed=3))
+    whole = cost.probe(path, path, 64, "float64")
+    opened = set()
+    meta = NetworkStore._layer_meta
+    monkeypatch.setattr(NetworkStore, "_layer_meta", lambda self, k: opened.add(k) or meta(self, k))
+    layer_bytes = rates.probe_layer_bytes(open_store(path), 8)
+    opened.clear()
+    lazily = cost.probe(path, path, 64, "float64", layer_bytes=layer_bytes)
+    assert opened and max(opened) == lazily["probe_layers"] < 60
+    assert {k: lazily[k] for k in SAMPLED} == {k: whole[k] for k in SAMPLED}

@@ -205,8 +205,12 @@ def _calibrate(client, workers: list[str], threads: int, store, path: str, in_pa
     task cost, worker-to-worker transfer rate."""
     from distributed import wait
 
+    from ..rates import probe_layer_bytes
+
     room = probe_room(client, workers[0], store, images, dtype)
-    figures = gather_watched(client, [client.submit(_probe_task, path, in_path, images, dtype, room,
+    # (the largest layer's bytes known here: the probe's worker reads the metadata of the layers it runs only)
+    layer_bytes = probe_layer_bytes(store, np.dtype(dtype).itemsize)
+    figures = gather_watched(client, [client.submit(_probe_task, path, in_path, images, dtype, room, layer_bytes,
                                                     workers=[workers[0]], allow_other_workers=False, pure=False)],
                              workers[:1])[0]
     # many small tasks in one graph, as the engine submits them: the cost of a task, per thread
@@ -268,14 +272,15 @@ def _on_every_worker(client, workers: list[str], timing: Callable, *args, mean: 
     return float(np.mean(timed)) if mean else timed
 
 
-def _probe_task(path: str, in_path: str, images: int, dtype: str, memory: float | None = None) -> dict:
+def _probe_task(path: str, in_path: str, images: int, dtype: str, memory: float | None = None,
+                layer_bytes: int = 0) -> dict:
     # the first task of a run on a worker: a cold Numba cache is filled by a child process first (the memory
     # compiling holds stays there), for this worker and for the others that share its cache
     from ..cost import probe
     from .warm import compiled_apart, every_kernel
 
     compiled_apart(every_kernel((dtype,), "cpu"))
-    return probe(path, in_path, images, dtype, memory)
+    return probe(path, in_path, images, dtype, memory, layer_bytes)
 
 
 def predict_modes(client, workers: list[str], threads: int, store, path: str, in_path: str, images: int, dtype: str,

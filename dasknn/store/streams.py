@@ -90,10 +90,12 @@ class LayerStream(ReadAhead):
     With ``last`` (pipeline mode: a stage's last layer) nothing past that layer is read, not even ahead. With
     ``hold_bytes``, up to that many bytes of what it fetches stay in memory as stored (encoded), so a layer read
     again (a worker's next chunk, a stage's) is decoded from memory: ``bytes_read`` counts the layers fetched from
-    the store."""
+    the store. ``check`` opens the store as :func:`~dasknn.store.open_store` takes it (``"lazy"``: each layer's
+    metadata read with the layer, for a reader of a few layers)."""
 
-    def __init__(self, path: str | os.PathLike[str], dtype: str, keep: int = 2, last: int = 0, hold_bytes: int = 0):
-        self.store = open_store(path, check="metadata", hold_bytes=hold_bytes)
+    def __init__(self, path: str | os.PathLike[str], dtype: str, keep: int = 2, last: int = 0, hold_bytes: int = 0,
+                 check: str = "metadata"):
+        self.store = open_store(path, check=check, hold_bytes=hold_bytes)
         self.dtype = np.dtype(dtype)
         super().__init__(self._layer, last or self.store.depth, keep, held=self.store.held)
 
