@@ -7,10 +7,11 @@ with the given workers, once per version and round, each version's tree first on
 import it too), the versions alternating round by round so the machine's load falls on both alike; a first untimed
 run of each version fills its kernels' compiled cache. It reports the phases the JSON's ``timings`` name (the store
 read on the client: ``reading``; the calibration: ``probe``; ``inference``), the wall seconds of the process, the
-mode auto chose and each mode's predicted seconds, and whether the categories agree.
+mode auto chose and each mode's predicted seconds, and whether the categories agree. ``--plain`` runs it without
+``--explain``, as a default run does.
 
     python benchmarks/bench_calibration.py STORE --tree before=/tmp/before --tree after=. [--rounds 3]
-        [--workers 2] [--memory-limit 2GB] [--batch N]
+        [--workers 2] [--memory-limit 2GB] [--batch N] [--plain]
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ PHASES = ("reading", "probe", "inference")
 def run_once(tree: str, args) -> dict:
     """One ``dasknn infer`` of ``tree``: its JSON, with the process's wall seconds and the load average after."""
     cmd = [sys.executable, "-m", "dasknn", "infer", "--network", args.store, "--workers", str(args.workers),
-           "--threads", "1", "--memory-limit", args.memory_limit, "--explain", "--json"]
+           "--threads", "1", "--memory-limit", args.memory_limit, "--json", *([] if args.plain else ["--explain"])]
     if args.batch:
         cmd += ["--batch", str(args.batch)]
     t0 = time.perf_counter()
@@ -89,6 +90,9 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--memory-limit", default="2GB")
     p.add_argument("--batch", type=int, default=None, help="images to run (default: all stored)")
+    p.add_argument("--plain", action="store_true",
+                   help="run the command without --explain, as a default run does (auto calibrates only where it "
+                        "weighs more than one mode)")
     args = p.parse_args()
     trees = named_trees(args, "bench_calibration")
     if "://" not in args.store:

@@ -12,6 +12,7 @@ import numpy as np
 from .. import timings
 from ..cost import Calibration, Prediction
 from ..errors import DasknnError
+from ..locations import is_url
 from ..modes import AUTO, DATA, HYBRID, PIPELINE
 from ..runtime.dashboard import publish_traffic
 from ..runtime.kept import detach
@@ -24,9 +25,9 @@ from .groups import check_mode
 from .inputs import InputSource, StoredRows, stored_source
 from .options import InferenceOptions, options_with
 from .places import Slot, keep_places, most_parts
-from .sizing import (WEIGHTS_SHARE, ProbeUnfit, check_memory, chunk_bounds, default_chunks, fits,
-                     part_stream_keep, partition_fits_worker, pipeline_chunks, pipeline_prediction, predict_modes,
-                     stream_hold_bytes)
+from .sizing import (WEIGHTS_SHARE, ProbeUnfit, check_memory, chunk_bounds, data_mode_alone, default_chunks,
+                     fits, holds_weights, part_stream_keep, partition_fits_worker, pipeline_chunks,
+                     pipeline_prediction, predict_modes, stream_hold_bytes)
 
 
 @dataclass
@@ -158,6 +159,10 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
         # data mode on GPUs: the cost model is calibrated with the CPU kernels, and model mode's messages cross
         # device -> host -> network -> host -> device every layer (--explain still shows the CPU predictions)
         mode = DATA
+    if mode == AUTO and not o.explain and data_mode_alone(resident, weight_bytes, memory, count, threads,
+                                                          is_url(path)):
+        # no other mode is weighed there: the calibration would only predict the mode auto must run
+        mode = DATA
     if mode == AUTO or o.explain:
         # the probe samples the inputs store, or rows in memory: the scattered batch, a dask.array's first chunk
         sample = source.path if source.path is not None else source.data_for(0)
@@ -191,7 +196,7 @@ def _infer_on(client, path: str, store, source: InputSource, count: int, o: Infe
     # limits may differ)
     per_byte = stage_capacity(weight_bytes, store.edges, 1.0, WEIGHTS_SHARE) if mode == PIPELINE else None
     if resident is None and stage_work is None:
-        resident = weight_bytes / g <= WEIGHTS_SHARE * memory
+        resident = holds_weights(None, weight_bytes, memory, g)
     elif resident is None:
         limits = memory_of(client, workers)
         resident = _placement(store, stage_work, g, limits, per_byte).fits

@@ -126,6 +126,25 @@ def default_chunks(images: int, threads: int, workers: int, g: int, resident: bo
     return n
 
 
+def holds_weights(resident: bool | None, weight_bytes: float, memory: float, g: int = 1) -> bool:
+    """Whether each of ``g`` workers holding a share of the weights holds it in memory: as ``resident`` says, or
+    by default where the share is at most :data:`WEIGHTS_SHARE` of a worker's ``memory``."""
+    return resident if resident is not None else weight_bytes / g <= WEIGHTS_SHARE * memory
+
+
+def data_mode_alone(resident: bool | None, weight_bytes: float, memory: float, images: int, threads: int,
+                    url: bool) -> bool:
+    """Whether data mode is the only mode ``auto`` weighs: it holds the weights on every worker, has a chunk for
+    every thread, and reads a store that is not behind a URL.
+
+    There model and hybrid modes do data mode's multiply-adds and an exchange besides, and pipeline mode, which
+    reads less, is weighed only where reading costs; so ``auto`` runs data mode without calibrating, and only
+    ``explain`` (which predicts every mode) pays the probe.
+    """
+    return resident is not False and holds_weights(resident, weight_bytes, memory) and images >= threads \
+        and not url
+
+
 def pipeline_chunks(images: int, stages: int, pipelines: int, fits_chunks: int) -> int:
     """Chunks of a pipeline run: two per stage of each pipeline, so each stage has a chunk to run while the next
     runs the one before (the fill and drain are then at most half the run), but fewer (one per stage at least)
@@ -294,8 +313,8 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     of it costs: :attr:`~dasknn.cost.Calibration.readers`).
 
     Model and hybrid modes do data mode's multiply-adds plus their exchange, so where data mode holds the
-    weights, has a chunk for every thread and reads a local store, the others are predicted only when
-    ``everything`` is asked for.
+    weights, has a chunk for every thread and reads a local store (:func:`data_mode_alone`), the others are
+    predicted only when ``everything`` is asked for (and ``auto`` does not calibrate there at all).
     Predicting them never computes the run's partition: one already there (given, or kept in the store) is used;
     otherwise the exchange is estimated from a cheap partition of a few layers
     (:func:`~dasknn.partition.cluster.sample_volumes`), and the one-time setup (the partition, the plan) is added
@@ -318,7 +337,7 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
     middle = max(1, store.depth // 2)
 
     def one(g: int, data: Prediction | None = None):
-        res = resident if resident is not None else weight_bytes / g <= WEIGHTS_SHARE * memory
+        res = holds_weights(resident, weight_bytes, memory, g)
         n_chunks = chunks or default_chunks(images, threads, len(workers), g, res)
         hold = 0 if res else stream_hold_bytes(store, dtype, keep_layers, memory, -(-images // max(1, n_chunks)))
 
@@ -372,13 +391,13 @@ def predict_modes(client, workers: list[str], threads: int, store, path: str, in
         return model(volumes, setup, source)
 
     out = [one(1)]
-    data_suffices = out[0].resident and images >= threads and resident is not False
-    if everything or not data_suffices or cal.readers:
+    data_alone = data_mode_alone(resident, weight_bytes, memory, images, threads, is_url(path))
+    if everything or not data_alone:
         sizes = [group_size] if group_size else [g for g in range(2, len(workers) + 1) if len(workers) % g == 0]
         out.extend(one(g, out[0]) for g in sizes)
     k = stages or len(workers)
     # behind a URL reading costs: pipeline mode, which reads the network once a pipeline, is weighed too
-    if (pipeline or not data_suffices or cal.readers) and 1 < k <= store.depth and len(workers) % k == 0:
+    if (pipeline or not data_alone) and 1 < k <= store.depth and len(workers) % k == 0:
         from ..runtime.recovery import memory_of
 
         out.append(pipeline_prediction(cal, store, images, threads, len(workers), k, chunks, dtype, memory,
@@ -395,7 +414,7 @@ def pipeline_prediction(cal, store, images: int, threads: int, workers: int, k: 
     from ..cost import predict_pipeline
 
     nnz = store.layer_entries()
-    res = resident if resident is not None else weight_bytes / k <= WEIGHTS_SHARE * memory
+    res = holds_weights(resident, weight_bytes, memory, k)
     n_chunks = chunks or pipeline_chunks(images, k, workers // k, default_chunks(images, threads, workers, k, res))
     hold = stream_hold_bytes(store, dtype, keep_layers, memory, -(-images // max(1, n_chunks)))
     return predict_pipeline(cal, images=images, layer_nnz=nnz, weight_bytes=weight_bytes, memory=memory,

@@ -34,8 +34,9 @@ def test_auto_runs_data_mode_in_one_line_when_the_probe_cannot_fit_a_worker(slic
     from dasknn import cost
 
     monkeypatch.setattr(cost, "PROBE_COPIES", 1 << 40)  # not even PROBE_MIN_IMAGES images fit a worker
+    # (streamed: data mode is not the only mode auto weighs, so it calibrates)
     code, out, err = run(["infer", "--network", str(slice_store), "--batch", "200", "--scheduler",
-                          client.scheduler.address, "--json"], capsys)
+                          client.scheduler.address, "--json", "--stream"], capsys)
     assert code == 0, err
     report = json.loads(out)
     assert report["matches_truth"] is True and report["mode"] == "data" and report["recoveries"] == []
@@ -72,11 +73,20 @@ def test_infer_store_float32_and_batch(slice_store, capsys):
     report = json.loads(out)
     assert report["images"] == 400 and report["mismatched"] <= 5 and report["workers"] == 1
     assert report["dtype"] == "float32"
-    # auto's calibration: its rates; the probe's lists of an entry a layer only with --explain
-    assert report["calibration"]["kernel_rate"] > 0 and not {"alive", "message_factor", "distinct"} & set(
-        report["calibration"])
+    # the weights held in memory and the store local: data mode is the only mode auto weighs, so it runs
+    # uncalibrated (no probe phase, no predictions)
+    assert "probe" not in report["timings"] and "calibration" not in report and "predictions" not in report
     # data mode has no transport between parts: null, not ""
     assert report["mode"] == "data" and report["exchange"] is None
+    assert code == (0 if report["mismatched"] == 0 else 1), err
+    # streamed, auto weighs every mode: its calibration's rates, the probe's lists of an entry a layer only with
+    # --explain
+    code, out, err = run(["infer", "--network", str(slice_store), "--batch", "400", "--workers", "1", "--json",
+                          "--dtype", "float32", "--stream"], capsys)
+    report = json.loads(out)
+    assert report["calibration"]["kernel_rate"] > 0 and not {"alive", "message_factor", "distinct"} & set(
+        report["calibration"])
+    assert report["timings"]["probe"] > 0 and {p["mode"] for p in report["predictions"]} >= {"data"}
     assert code == (0 if report["mismatched"] == 0 else 1), err
 
 

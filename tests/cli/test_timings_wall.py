@@ -37,7 +37,8 @@ def assert_adds_up(timings: dict, wall: float) -> None:
 @pytest.mark.cluster
 @pytest.mark.subprocess
 def test_infer_phases_add_up_to_the_wall_time(slice_store, tmp_path):
-    report, wall = infer_from_outside(slice_store, tmp_path)
+    # (streamed, auto weighs more than data mode: it calibrates, in the probe phase)
+    report, wall = infer_from_outside(slice_store, tmp_path, None, "--stream")
     timings = report["timings"]
     assert_adds_up(timings, wall)
     # what this run did, each named (auto mode probes first; the interpreter's start counts too)
@@ -51,7 +52,8 @@ def test_infer_phases_add_up_to_the_wall_time(slice_store, tmp_path):
 @pytest.mark.subprocess
 @pytest.mark.slow
 def test_infer_phases_add_up_on_a_cold_numba_cache(slice_store, tmp_path):
-    # an empty cache: the kernels compile in the probe and the load, and that time is named too
+    # an empty cache: the kernels compile in the load (auto runs data mode uncalibrated here), and that time is
+    # named too
     report, wall = infer_from_outside(slice_store, tmp_path, {"NUMBA_CACHE_DIR": str(tmp_path / "numba")})
     assert_adds_up(report["timings"], wall)
     assert any((tmp_path / "numba").rglob("*.nbi"))  # it was cold: this run filled it

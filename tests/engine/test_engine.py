@@ -290,6 +290,28 @@ def test_auto_mode_on_gpus_runs_data_mode_without_calibrating(client, slice_stor
 
 
 @pytest.mark.cluster
+def test_auto_runs_data_mode_uncalibrated_where_no_other_mode_is_weighed(client, slice_store, slice_truth,
+                                                                          monkeypatch):
+    # the weights held on every worker, a chunk for every thread, the store local: the cost model would predict
+    # data mode alone, so auto runs it without the probe; explain, or weights streamed, still calibrate
+    import importlib
+
+    infer_module = importlib.import_module("dasknn.engine.infer")
+    calls = []
+    predict_modes = infer_module.predict_modes
+    monkeypatch.setattr(infer_module, "predict_modes", lambda *a, **k: calls.append(1) or predict_modes(*a, **k))
+    held = engine.infer(slice_store, client=client, dtype="float64", images=200)
+    assert calls == [] and held.mode == "data" and held.resident
+    assert held.calibration is None and held.predictions == []
+    np.testing.assert_array_equal(held.categories, slice_truth[slice_truth < 200])
+    explained = engine.infer(slice_store, client=client, dtype="float64", images=200, explain=True)
+    assert calls == [1] and explained.mode == "data" and explained.calibration is not None
+    streamed = engine.infer(slice_store, client=client, dtype="float64", images=200, resident=False)
+    assert calls == [1, 1] and {p.mode for p in streamed.predictions} >= {"data", "model"}
+    np.testing.assert_array_equal(streamed.categories, held.categories)
+
+
+@pytest.mark.cluster
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["data", "model"])
 def test_gpu_matches_the_truth(slice_store, slice_truth, mode):

@@ -101,19 +101,25 @@ def test_every_mode_from_s3_equals_the_local_run(slice_url, slice_store, s3_sche
 def test_the_cost_model_counts_reads_behind_a_url_as_shared_by_a_hosts_workers(slice_url, slice_store, s3_scheduler,
                                                                             capsys):
     # one host's 2 workers share its link to the endpoint: their reads add up to one reader's; a local store's
-    # reads add up worker by worker (readers 0). Resident modes' predictions count their load either way, and
-    # behind a URL auto weighs the modes that read less (pipeline, model) even where data mode holds the network
-    readers, weighed = {}, {}
-    for network in (slice_url, str(slice_store)):
-        code, report, err = run(capsys, "infer", "--network", network, "--scheduler", s3_scheduler, "--mode", "auto",
-                                "--batch", "200")
-        assert code == 0, err
-        readers[network] = report["calibration"]["readers"]
-        weighed[network] = {p["mode"] for p in report["predictions"]}
-        data = next(p for p in report["predictions"] if p["mode"] == "data")
-        assert data["resident"] and data["load_seconds"] > 0
-    assert readers == {slice_url: 1, str(slice_store): 0}
-    assert weighed == {slice_url: {"data", "model", "pipeline"}, str(slice_store): {"data"}}
+    # reads add up worker by worker (readers 0). Behind a URL auto weighs the modes that read less (pipeline,
+    # model) even where data mode holds the network, a resident mode's prediction counting its load
+    code, report, err = run(capsys, "infer", "--network", slice_url, "--scheduler", s3_scheduler, "--batch", "200")
+    assert code == 0, err
+    assert report["calibration"]["readers"] == 1
+    assert {p["mode"] for p in report["predictions"]} == {"data", "model", "pipeline"}
+    data = next(p for p in report["predictions"] if p["mode"] == "data")
+    assert data["resident"] and data["load_seconds"] > 0
+    # the same network local, held in memory: data mode is the only one auto weighs, so it runs it uncalibrated
+    code, report, err = run(capsys, "infer", "--network", str(slice_store), "--scheduler", s3_scheduler,
+                            "--batch", "200")
+    assert code == 0, err
+    assert report["mode"] == "data" and not report["streamed"] and "predictions" not in report
+    assert "probe" not in report["timings"]
+    # streamed, data mode is weighed against the others: its reads counted worker by worker
+    code, report, err = run(capsys, "infer", "--network", str(slice_store), "--scheduler", s3_scheduler,
+                            "--batch", "200", "--stream")
+    assert code == 0, err
+    assert report["calibration"]["readers"] == 0 and "probe" in report["timings"]
 
 
 @pytest.mark.cluster
