@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from versions import add_tree_argument, named_trees, tree_env  # noqa: E402
+from versions import add_tree_argument, median, named_trees, ratios_to, tree_env  # noqa: E402
 
 ROW_MARK = "ROW "
 
@@ -111,14 +111,13 @@ def main() -> None:
     print("| delay a request, ms | version | open the store, s | layer, ms | part layer, ms | each / the first "
           "version's |")
     print("|--:|---|--:|--:|--:|---|")
-    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     for delay in delays:
         first = None
         for name, _ in trees:
             got = [median([g[i] for g in rows[(name, delay)]]) for i in range(3)]
             first = first or got
             print(f"| {delay:g} | {name} | {got[0]:.2f} | {got[1]:.1f} | {got[2]:.1f} | "
-                  f"{', '.join(f'{a / b:.2f}' for a, b in zip(got, first))} |")
+                  f"{ratios_to(got, first)} |")
 
 if __name__ == "__main__":
     main()

@@ -27,3 +27,13 @@ def named_trees(args: argparse.Namespace, prog: str) -> list[tuple[str, str]]:
 def tree_env(tree: str) -> dict[str, str]:
     """This process's environment with ``tree`` first on ``PYTHONPATH``."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))}
+
+
+def median(values: list[float]) -> float:
+    """The middle value (of an even count, the upper of the two middle ones)."""
+    return sorted(values)[len(values) // 2]
+
+
+def ratios_to(figures: list[float], first: list[float]) -> str:
+    """Each figure over the first version's, as ``"0.94, 0.52"``."""
+    return ", ".join(f"{a / b:.2f}" for a, b in zip(figures, first))

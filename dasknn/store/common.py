@@ -11,6 +11,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +70,15 @@ def has_group(store: Path | str, name: str) -> bool:
     return file_exists(store, f"{name}/zarr.json")
 
 
-def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf") -> zarr.Array:
+def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf", rows: tuple[int, int] | None = None
+                ) -> zarr.Array:
     """Refuse an array that is not plain numbers under data-only codecs, before any of its chunks is decoded.
 
     Stores are read as data only: an object dtype or an unknown codec (a pickle codec could run code when a
-    chunk is decoded) is an error naming ``label``, never a read.
+    chunk is decoded) is an error naming ``label``, never a read. ``rows``: only the chunk files of rows
+    ``start:stop`` (along the first axis) are asked for, where only those are read.
     """
-    (problem,) = array_problems([(arr, label)], store, kinds)
+    (problem,) = array_problems([(arr, label, kinds, rows)], store)
     if problem is not None:
         raise problem
     return arr
@@ -83,14 +86,18 @@ def check_array(arr: Any, label: str, store: Path, kinds: str = "iuf") -> zarr.A
 
 def array_problems(arrays: list[tuple], store: Path, kinds: str = "iuf") -> list[DasknnError | None]:
     """What :func:`check_array` would refuse each ``(array, label)`` for (None: nothing), their chunk files asked
-    for side by side; an ``(array, label, kinds)`` allows its own kinds of numbers."""
+    for side by side; an ``(array, label, kinds)`` allows its own kinds of numbers, an ``(array, label, kinds,
+    (start, stop))`` has only the chunk files of those rows asked for."""
     problems: list[DasknnError | None] = []
     chunks: list[list[tuple[int, ...]]] = []
     for arr, label, *own in arrays:
         try:
             _check_metadata(arr, label, store, own[0] if own else kinds)
             problems.append(None)
-            grid = (range(-(-int(n) // int(k))) for n, k in zip(arr.shape, arr.chunks))
+            grid = [range(-(-int(n) // int(k))) for n, k in zip(arr.shape, arr.chunks)]
+            if len(own) > 1 and own[1] is not None:
+                start, stop = own[1]
+                grid[0] = grid[0][start // int(arr.chunks[0]):-(-stop // int(arr.chunks[0]))]
             chunks.append(list(itertools.product(*grid)))
         except DasknnError as e:
             problems.append(e)
@@ -203,6 +210,52 @@ def read_together(reads: list[tuple[zarr.Array, slice]], side_by_side: bool = Tr
         return out
 
     return sync(every())
+
+
+@dataclass(frozen=True)
+class NewArray:
+    """An array to create and fill (:func:`create_together`): its path under the group, its data (one dimension),
+    and its chunk's length."""
+
+    path: str
+    data: np.ndarray
+    chunk: int
+
+
+def create_together(group: zarr.Group, groups: dict[str, dict], arrays: list[NewArray]) -> None:
+    """Create ``groups`` (each path under ``group`` with its attributes), then ``arrays`` with their data, in one
+    call into Zarr's event loop: the groups side by side, then the arrays side by side (at most :data:`IN_FLIGHT`
+    at once), each array written whole (:data:`WRITE_ALL`).
+
+    Zarr creates a node after reading every node above it and checking none is an array, and writing a group's
+    attributes reads its document again: behind a URL a part plan's layer written node by node waited for about 100
+    answers in a row (K = 2). Parents come first (a path's groups before the groups and arrays under it, none of
+    them there before: an existing node is refused as Zarr refuses it), so no parent is made implicitly, without
+    its attributes, while its own document is written."""
+    from zarr.core.sync import sync
+
+    async def every() -> None:
+        limit = asyncio.Semaphore(IN_FLIGHT)
+        root = group._async_group
+
+        async def made_group(path: str, attributes: dict) -> None:
+            async with limit:
+                await root.create_group(path, attributes=attributes)
+
+        async def made_array(new: NewArray) -> None:
+            async with limit:
+                arr = await root.create_array(new.path, shape=new.data.shape, chunks=(new.chunk,),
+                                              dtype=new.data.dtype, compressors=codecs(), config=WRITE_ALL)
+                if new.data.size:
+                    await arr.setitem(slice(None), new.data)
+
+        # groups by depth: each level's parents are there before it
+        for depth in sorted({path.count("/") for path in groups}):
+            await asyncio.gather(*(made_group(path, attributes) for path, attributes in groups.items()
+                                   if path.count("/") == depth))
+        await asyncio.gather(*(made_array(new) for new in arrays))
+
+    sync(every())
 
 
 def raised(result: Any) -> Any:

@@ -12,10 +12,10 @@ import scipy.sparse as sp
 
 from ..errors import DasknnError
 from ..locations import as_location, remove
-from .common import (VERSION, WRITE_ALL, check_array, codecs, location, open_group, open_root, open_together,
-                     raised)
+from .common import (VERSION, WRITE_ALL, NewArray, check_array, codecs, create_together, location, open_group,
+                     open_root, open_together, raised)
 from .held import held_opener
-from .sparse import MATRIX_ARRAYS, Sparse, write_sparse
+from .sparse import MATRIX_ARRAYS, Sparse, sparse_arrays, sparse_attributes
 
 PLAN_FORMAT = "dasknn-part-plan"
 
@@ -45,7 +45,8 @@ def create_plan_store(path: str | os.PathLike[str], network: str, owners: np.nda
 def read_plan_owners(path: str | os.PathLike[str], start: int, stop: int) -> np.ndarray:
     """Rows ``start:stop`` of the owners of a part plan (complete or being written)."""
     root = open_group(location(path), mode="r")
-    return np.asarray(check_array(root["owners"], "owners", location(path), "iu")[start:stop])
+    # (only the chunk files of those rows asked for: a task per layer reads two rows of the plan being written)
+    return np.asarray(check_array(root["owners"], "owners", location(path), "iu", (start, stop))[start:stop])
 
 
 #: The lists of a PartLayer, in the order they are packed into one array per part and layer.
@@ -56,19 +57,20 @@ def write_plan_layer(path: str | os.PathLike[str], k: int, row: list, blocks: li
     """Write layer ``k`` of a part plan: every part's :class:`~dasknn.plan.PartLayer` (``row``) and its block
     of the layer, indexed into the rows it reads (``blocks``, from :func:`dasknn.plan.local_block`)."""
     root = open_group(path, mode="r+")
-    layer = root.require_group(f"l{k}")
+    # the layer's group made afresh (what a lost task left of it goes), marked complete once all of it is there
+    layer = root.create_group(f"l{k}", overwrite=True)
+    groups: dict[str, dict] = {}
+    arrays: list[NewArray] = []
     for q, (pl, block) in enumerate(zip(row, blocks)):
-        g = layer.require_group(f"p{q}")
         lists = [pl.outputs, pl.inputs, pl.local[0], pl.local[1]]
         lists += [pl.recv[p] for p in sorted(pl.recv)] + [pl.send[p] for p in sorted(pl.send)]
         flat = np.concatenate([np.asarray(a, dtype=np.int64) for a in lists])
-        arr = g.create_array("lists", shape=flat.shape, chunks=(max(1, flat.size),), dtype=np.int64,
-                             compressors=codecs(), config=WRITE_ALL, overwrite=True)
-        if flat.size:
-            arr[:] = flat
-        write_sparse(g.require_group("block"), "CSC", block)
-        g.attrs["lists"] = {"sizes": [int(np.asarray(a).size) for a in lists],
-                            "recv": sorted(int(p) for p in pl.recv), "send": sorted(int(p) for p in pl.send)}
+        groups[f"p{q}"] = {"lists": {"sizes": [int(np.asarray(a).size) for a in lists],
+                                     "recv": sorted(int(p) for p in pl.recv), "send": sorted(int(p) for p in pl.send)}}
+        groups[f"p{q}/block"] = sparse_attributes("CSC", block)
+        arrays += [NewArray(f"p{q}/lists", flat, max(1, flat.size)), *sparse_arrays(block, f"p{q}/block")]
+    # every part's nodes side by side: behind a URL, a few waves of answers instead of ~100 in a row
+    create_together(layer, groups, arrays)
     layer.attrs["complete"] = True
 
 

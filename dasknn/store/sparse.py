@@ -14,7 +14,7 @@ import zarr
 
 from ..errors import DasknnError
 from . import common
-from .common import (WRITE_ALL, array_problems, codecs, is_url, open_each, raised, read_together,
+from .common import (WRITE_ALL, NewArray, array_problems, codecs, is_url, open_each, raised, read_together,
                      remote_error_line)
 
 def _binsparse(fmt: str, shape: tuple[int, int], nnz: int, values: np.dtype) -> dict[str, Any]:
@@ -27,21 +27,31 @@ def _binsparse(fmt: str, shape: tuple[int, int], nnz: int, values: np.dtype) -> 
     }
 
 
-def write_sparse(group: zarr.Group, fmt: str, m: sp.csc_matrix | sp.csr_matrix, extra: dict | None = None) -> None:
-    """Write ``m`` into ``group`` as a binsparse ``fmt`` ("CSC" or "CSR") matrix, with ``extra`` attributes."""
+def sparse_arrays(m: sp.csc_matrix | sp.csr_matrix, under: str = "") -> list[NewArray]:
+    """The three arrays of ``m`` as a binsparse group ``under`` holds them, with their chunks' lengths."""
     # the chunk sizes are read from common at each call: a test shrinks them there
     nnz = int(m.nnz)
-    nptr = m.indptr.size
-    for name, data, chunk in (
-        ("pointers_to_1", m.indptr.astype(np.int64, copy=False), min(common.CHUNK_ROWS + 1, nptr)),
-        ("indices_1", m.indices.astype(np.int32, copy=False), max(1, min(common.CHUNK_ENTRIES, nnz))),
-        ("values", m.data, max(1, min(common.CHUNK_ENTRIES, nnz))),
-    ):
-        arr = group.create_array(name, shape=data.shape, chunks=(chunk,), dtype=data.dtype, compressors=codecs(),
-                                 config=WRITE_ALL)
-        if data.size:
-            arr[:] = data
-    group.attrs.update({"binsparse": _binsparse(fmt, m.shape, nnz, m.data.dtype), **(extra or {})})
+    prefix = f"{under}/" if under else ""
+    return [NewArray(f"{prefix}pointers_to_1", m.indptr.astype(np.int64, copy=False),
+                     min(common.CHUNK_ROWS + 1, m.indptr.size)),
+            NewArray(f"{prefix}indices_1", m.indices.astype(np.int32, copy=False),
+                     max(1, min(common.CHUNK_ENTRIES, nnz))),
+            NewArray(f"{prefix}values", m.data, max(1, min(common.CHUNK_ENTRIES, nnz)))]
+
+
+def sparse_attributes(fmt: str, m: sp.csc_matrix | sp.csr_matrix, extra: dict | None = None) -> dict[str, Any]:
+    """The attributes of the binsparse ``fmt`` group that holds ``m``, with ``extra`` ones."""
+    return {"binsparse": _binsparse(fmt, m.shape, int(m.nnz), m.data.dtype), **(extra or {})}
+
+
+def write_sparse(group: zarr.Group, fmt: str, m: sp.csc_matrix | sp.csr_matrix, extra: dict | None = None) -> None:
+    """Write ``m`` into ``group`` as a binsparse ``fmt`` ("CSC" or "CSR") matrix, with ``extra`` attributes."""
+    for new in sparse_arrays(m):
+        arr = group.create_array(new.path, shape=new.data.shape, chunks=(new.chunk,), dtype=new.data.dtype,
+                                 compressors=codecs(), config=WRITE_ALL)
+        if new.data.size:
+            arr[:] = new.data
+    group.attrs.update(sparse_attributes(fmt, m, extra))
 
 
 #: A stored matrix's arrays, in its group (what :meth:`Sparse.from_nodes` takes after the group itself).

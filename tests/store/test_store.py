@@ -258,6 +258,69 @@ def test_part_plan_reads_back_the_plan_and_blocks(small_store, tmp_path, method,
     assert store.open_plan_store(tmp_path / "plan", str(path), other) is None
 
 
+def test_a_part_plan_layer_a_lost_task_left_half_written_is_written_again_whole(small_store, tmp_path):
+    # a writing continued after a lost worker writes again the layers not marked complete: what the lost task left
+    # there (some of a part's arrays, no mark) goes, and the layer reads back as the whole plan's
+    from dasknn import engine, partition
+
+    path, net, _ = small_store
+    owners = partition.partition_network(net.layers, 2, "random", seed=1)
+    _write_part_plan(path, tmp_path / "whole", owners)
+    _write_part_plan(path, tmp_path / "plan", owners)
+    root = zarr.open_group(tmp_path / "plan", mode="r+")
+    root.attrs["dasknn"] = {**dict(root.attrs)["dasknn"], "complete": False}  # its writing interrupted
+    del root["l3"].attrs["complete"]
+    (tmp_path / "plan" / "l3" / "p1" / "block" / "values" / "zarr.json").unlink()
+    assert set(store.resume_plan_store(tmp_path / "plan", str(path), owners)) == set(range(1, len(owners))) - {3}
+    engine._write_part_plan_layer(str(path), str(tmp_path / "plan"), 3, 2)
+    assert set(store.resume_plan_store(tmp_path / "plan", str(path), owners)) == set(range(1, len(owners)))
+    store.finish_plan_store(tmp_path / "plan", store.open_plan_store(tmp_path / "whole", str(path), owners).counts())
+    again, whole = (store.open_plan_store(tmp_path / name, str(path), owners) for name in ("plan", "whole"))
+    for q in range(2):
+        (got, block), (want, expected) = again.part_layer(q, 3, "float64"), whole.part_layer(q, 3, "float64")
+        np.testing.assert_array_equal(got.outputs, want.outputs)
+        assert sorted(got.send) == sorted(want.send) and sorted(got.recv) == sorted(want.recv)
+        for a, b in zip(block, expected):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_nodes_created_together_parents_first_and_an_existing_one_refused(tmp_path):
+    from dasknn.store.common import NewArray, create_together
+
+    root = zarr.open_group(tmp_path / "g.zarr", mode="w")
+    data = np.arange(10, dtype=np.int64)
+    create_together(root, {"a": {"x": 1}, "a/b": {"y": 2}},
+                    [NewArray("a/b/v", data, 4), NewArray("a/w", np.zeros(0, dtype=np.float32), 1)])
+    again = zarr.open_group(tmp_path / "g.zarr", mode="r")
+    assert dict(again["a"].attrs) == {"x": 1} and dict(again["a/b"].attrs) == {"y": 2}
+    np.testing.assert_array_equal(again["a/b/v"][:], data)
+    assert again["a/w"].shape == (0,)
+    # every chunk written (a missing chunk file means damage), even one of zeros
+    create_together(root, {}, [NewArray("z", np.zeros(8), 4)])
+    assert sorted(p.name for p in (tmp_path / "g.zarr" / "z" / "c").iterdir()) == ["0", "1"]
+    with pytest.raises(Exception, match="exists"):
+        create_together(root, {"a": {}}, [])
+
+
+def test_a_plan_writing_task_asks_for_the_owners_chunk_files_it_reads(small_store, tmp_path, monkeypatch):
+    # a task per layer reads two rows of the plan's owners (a chunk a row): behind a URL, asking for every row's
+    # chunk file each layer was a wave of requests per layer for nothing
+    from dasknn import partition
+    from dasknn.store import common
+
+    path, net, _ = small_store
+    owners = partition.partition_network(net.layers, 2, "block")
+    store.create_plan_store(tmp_path / "plan", str(path), owners)
+    asked = []
+    are_files = common.are_files
+    monkeypatch.setattr(common, "are_files", lambda where, keys, *a: asked.extend(keys) or are_files(where, keys, *a))
+    np.testing.assert_array_equal(store.read_plan_owners(tmp_path / "plan", 2, 4), owners[2:4])
+    assert sorted(asked) == ["owners/c/2/0", "owners/c/3/0"]
+    (tmp_path / "plan" / "owners" / "c" / "3" / "0").unlink()
+    with pytest.raises(DasknnError, match="owners: chunk 3/0 is missing"):
+        store.read_plan_owners(tmp_path / "plan", 2, 4)
+
+
 def test_damaged_part_plan_is_named(small_store, tmp_path):
     from dasknn import partition
 

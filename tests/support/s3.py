@@ -7,6 +7,8 @@ import contextlib
 import logging
 import os
 import socket
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,20 +34,53 @@ class S3Endpoint:
         return {**env, **changes}
 
 
+class _WaitingServer:
+    """Moto's S3 application served on 127.0.0.1 by a threaded server that answers each request ``wait`` seconds
+    late, as an object store's first byte comes tens of milliseconds after its request (the benchmarks' endpoint;
+    the tests use moto's own :class:`~moto.server.ThreadedMotoServer`)."""
+
+    def __init__(self, wait: float):
+        from moto.server import DomainDispatcherApplication, create_backend_app
+        from werkzeug.serving import make_server
+
+        moto = DomainDispatcherApplication(create_backend_app)
+
+        def late(environ, start_response):
+            time.sleep(wait)
+            return moto(environ, start_response)
+
+        self._server = make_server("127.0.0.1", 0, late, threaded=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def get_host_and_port(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._thread.join()
+
+
 @contextlib.contextmanager
-def moto_server() -> Iterator[S3Endpoint]:
+def moto_server(wait_ms: float = 0.0) -> Iterator[S3Endpoint]:
     """Start moto's server on 127.0.0.1, make the bucket and a user allowed every S3 action (whose keys the
     endpoint carries); yield the endpoint, stop the server after. Moto accepts any keys until
-    :func:`authentication` turns its checks on."""
+    :func:`authentication` turns its checks on. ``wait_ms``: each request answered that many milliseconds late."""
     import boto3
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # not a line per request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = _WaitingServer(wait_ms / 1e3) if wait_ms > 0 else ThreadedMotoServer(ip_address="127.0.0.1", port=0,
+                                                                                  verbose=False)
     server.start()
     try:
         host, port = server.get_host_and_port()
         url = f"http://{host}:{port}"
+        # moto's accounts live in this process: a server started after another begins from nothing, as a fresh one
+        urllib.request.urlopen(urllib.request.Request(f"{url}/moto-api/reset", method="POST"))
         anyone = {"endpoint_url": url, "region_name": "us-east-1", "aws_access_key_id": "setup",
                   "aws_secret_access_key": "setup"}
         boto3.client("s3", **anyone).create_bucket(Bucket=BUCKET)

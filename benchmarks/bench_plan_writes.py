@@ -1,0 +1,144 @@
+"""Writing a part plan to an object store that answers each request late, two code versions alternated (issue 45).
+
+Model mode out of core reads its parts from a part plan, written once next to the layers: a task per layer, each
+writing every part's lists and block. Behind an object store, what a writer asks one request at a time costs a wait
+each (S3: tens of milliseconds before an answer), whatever its size. This serves moto's S3 API on 127.0.0.1
+(``tests/support/s3.py``), answering each request ``--wait-ms`` late, and in a child process per ``--tree`` version
+(its tree first on ``PYTHONPATH``) writes the part plan of ``STORE`` (local) under a block partition of ``--parts``
+parts to ``s3://nets/...``, as the engine's ``plan-l{k}`` tasks do (:func:`dasknn.engine.tasks.write_part_plan_layer`,
+one layer after another, as one worker thread runs them). It times starting the plan store and each layer, then
+reads every written layer back (``PlanStore.part_layer``) and checks it equals the same plan written to a local
+folder. The rounds alternate the versions so the machine's load falls on both alike.
+
+    python benchmarks/bench_plan_writes.py STORE --tree before=/tmp/before --tree after=. [--wait-ms 0,30]
+        [--layers 10] [--parts 2] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
+
+from versions import add_tree_argument, median, named_trees, ratios_to, tree_env  # noqa: E402
+
+ROW_MARK = "ROW "
+
+
+def block_owners(layers: int, neurons: int, parts: int):
+    """Every layer's neurons cut into ``parts`` equal runs (the partition does not change what is written, only how
+    much)."""
+    import numpy as np
+
+    return np.tile((np.arange(neurons) * parts // neurons).astype(np.int32), (layers + 1, 1))
+
+
+def child(store: str, url: str, layers: int, parts: int) -> None:
+    """Write ``layers`` layers of the plan at ``url`` and locally; print the seconds and whether they agree."""
+    import numpy as np
+
+    import dasknn
+    from dasknn.engine.tasks import write_part_plan_layer
+    from dasknn.store import PlanStore, create_plan_store, finish_plan_store, open_store
+
+    print(f"dasknn from {dasknn.__file__}", flush=True)
+    network = open_store(store, check="metadata")
+    owners = block_owners(network.depth, network.neurons, parts)
+    depth = min(layers, network.depth)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = str(Path(tmp) / "plan.zarr")
+        create_plan_store(local, store, owners)
+        counts = np.zeros((network.depth, parts, parts), dtype=np.int64)
+        t0 = time.perf_counter()
+        for k in range(1, depth + 1):
+            counts[k - 1] = write_part_plan_layer(store, local, k, parts)
+        local_ms = (time.perf_counter() - t0) / depth * 1e3
+        t0 = time.perf_counter()
+        create_plan_store(url, store, owners)
+        start_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for k in range(1, depth + 1):
+            write_part_plan_layer(store, url, k, parts)
+        layer_ms = (time.perf_counter() - t0) / depth * 1e3
+        finish_plan_store(local, counts)
+        finish_plan_store(url, counts)
+        written, made = PlanStore(url), PlanStore(local)
+        same = all(_equal(written.part_layer(q, k, "float32"), made.part_layer(q, k, "float32"))
+                   for k in range(1, depth + 1) for q in range(parts))
+    print(ROW_MARK + json.dumps({"start_s": start_s, "layer_ms": layer_ms, "local_ms": local_ms, "same": same}),
+          flush=True)
+
+
+def _equal(a, b) -> bool:
+    import numpy as np
+
+    (pa, ba), (pb, bb) = a, b
+    lists = lambda pl: [pl.outputs, pl.inputs, *pl.local, *pl.recv.values(), *pl.send.values()]  # noqa: E731
+    return (sorted(pa.recv) == sorted(pb.recv) and sorted(pa.send) == sorted(pb.send)
+            and all(np.array_equal(x, y) for x, y in zip(lists(pa), lists(pb)))
+            and all(np.array_equal(x, y) for x, y in zip(ba, bb)))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("store")
+    add_tree_argument(p)
+    p.add_argument("--wait-ms", default="0,30", help="each request answered this late, one run per value")
+    p.add_argument("--layers", type=int, default=10)
+    p.add_argument("--parts", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    store = str(Path(args.store).resolve())
+    if args.child:
+        child(store, args.child, args.layers, args.parts)
+        return
+    from s3 import BUCKET, environment, moto_server
+
+    trees = named_trees(args, "bench_plan_writes")
+    started = datetime.now(timezone.utc)
+    waits = [float(w) for w in args.wait_ms.split(",")]
+    rows: dict[tuple[str, float], list[dict]] = {}
+    for wait in waits:
+        with moto_server(wait) as endpoint, environment(endpoint.environment()):
+            for rnd in range(args.rounds):
+                for name, tree in trees:
+                    url = f"s3://{BUCKET}/plan-{name}-{wait:g}-{rnd}.zarr"
+                    cmd = [sys.executable, __file__, store, "--child", url, "--layers", str(args.layers),
+                           "--parts", str(args.parts)]
+                    out = subprocess.run(cmd, env=tree_env(tree), stdout=subprocess.PIPE, text=True,
+                                         check=True).stdout
+                    for line in out.splitlines():
+                        if line.startswith(ROW_MARK):
+                            rows.setdefault((name, wait), []).append(json.loads(line[len(ROW_MARK):]))
+                            print(f"  wait {wait:g} ms, round {rnd + 1}, {name}: {rows[(name, wait)][-1]}",
+                                  flush=True)
+                        else:
+                            print(f"  {name}: {line}", flush=True)
+    print(f"\n{started:%Y-%m-%d %H:%M}-{datetime.now(timezone.utc):%H:%M} UTC, {platform.node()}, store {store}, "
+          f"K = {args.parts}, {args.layers} layers a round, {args.rounds} rounds (medians)")
+    print("| wait a request, ms | version | start the plan, s | a layer, ms | a layer to a local folder, ms | read "
+          "back equal | each / the first version's |")
+    print("|--:|---|--:|--:|--:|---|---|")
+    for wait in waits:
+        first = None
+        for name, _ in trees:
+            got = rows[(name, wait)]
+            figures = [median([r[key] for r in got]) for key in ("start_s", "layer_ms", "local_ms")]
+            first = first or figures
+            print(f"| {wait:g} | {name} | {figures[0]:.2f} | {figures[1]:.1f} | {figures[2]:.1f} | "
+                  f"{all(r['same'] for r in got)} | {ratios_to(figures, first)} |")
+
+
+if __name__ == "__main__":
+    main()
