@@ -20,6 +20,7 @@ from .common import (
     FORMAT,
     FULL_CHECK_ENTRIES,
     VERSION,
+    create_together,
     discard,
     file_exists,
     has_group,
@@ -34,7 +35,7 @@ from .common import (
 )
 from .held import held_opener
 from .inputs import Inputs, write_inputs
-from .sparse import Sparse, write_sparse
+from .sparse import Sparse, sparse_arrays, sparse_attributes
 
 class StoreWriter:
     """Write a store layer by layer, so networks larger than memory can be streamed in.
@@ -102,7 +103,9 @@ class StoreWriter:
             raise DasknnError(f"layer {k} is {m.shape[0]} x {m.shape[1]}, expected {self.neurons} x {self.neurons}")
         dtype = self.dtype or store_dtype(m.data)
         m.data = m.data.astype(dtype, copy=False)
-        write_sparse(self.root.create_group(f"layers/{k}"), "CSC", m)
+        # the layer's group with its attributes, then its three arrays side by side: behind a URL each node made
+        # one after another waited for Zarr's checks of the nodes above it
+        create_together(self.root, {f"layers/{k}": sparse_attributes("CSC", m)}, sparse_arrays(m, f"layers/{k}"))
         self._written.add(k)
         self._edges += int(m.nnz)
         self._dtypes.add(dtype.name)

@@ -14,7 +14,7 @@ import zarr
 
 from ..errors import DasknnError
 from . import common
-from .common import (WRITE_ALL, NewArray, array_problems, codecs, is_url, open_each, raised, read_together,
+from .common import (NewArray, array_problems, create_together, is_url, open_each, raised, read_together,
                      remote_error_line)
 
 def _binsparse(fmt: str, shape: tuple[int, int], nnz: int, values: np.dtype) -> dict[str, Any]:
@@ -45,12 +45,9 @@ def sparse_attributes(fmt: str, m: sp.csc_matrix | sp.csr_matrix, extra: dict | 
 
 
 def write_sparse(group: zarr.Group, fmt: str, m: sp.csc_matrix | sp.csr_matrix, extra: dict | None = None) -> None:
-    """Write ``m`` into ``group`` as a binsparse ``fmt`` ("CSC" or "CSR") matrix, with ``extra`` attributes."""
-    for new in sparse_arrays(m):
-        arr = group.create_array(new.path, shape=new.data.shape, chunks=(new.chunk,), dtype=new.data.dtype,
-                                 compressors=codecs(), config=WRITE_ALL)
-        if new.data.size:
-            arr[:] = new.data
+    """Write ``m`` into ``group`` as a binsparse ``fmt`` ("CSC" or "CSR") matrix, with ``extra`` attributes (its
+    three arrays side by side: :func:`~dasknn.store.common.create_together`)."""
+    create_together(group, {}, sparse_arrays(m))
     group.attrs.update(sparse_attributes(fmt, m, extra))
 
 

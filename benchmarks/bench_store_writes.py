@@ -1,16 +1,22 @@
-"""Writing a part plan to an object store that answers each request late, two code versions alternated (issue 45).
+"""Writing a part plan, and a network's layers, to an object store that answers each request late, two code versions
+alternated (issue 45).
 
 Model mode out of core reads its parts from a part plan, written once next to the layers: a task per layer, each
-writing every part's lists and block. Behind an object store, what a writer asks one request at a time costs a wait
-each (S3: tens of milliseconds before an answer), whatever its size. This serves moto's S3 API on 127.0.0.1
-(``tests/support/s3.py``), answering each request ``--wait-ms`` late, and in a child process per ``--tree`` version
-(its tree first on ``PYTHONPATH``) writes the part plan of ``STORE`` (local) under a block partition of ``--parts``
-parts to ``s3://nets/...``, as the engine's ``plan-l{k}`` tasks do (:func:`dasknn.engine.tasks.write_part_plan_layer`,
-one layer after another, as one worker thread runs them). It times starting the plan store and each layer, then
-reads every written layer back (``PlanStore.part_layer``) and checks it equals the same plan written to a local
-folder. The rounds alternate the versions so the machine's load falls on both alike.
+writing every part's lists and block. ``dasknn generate`` and ``dasknn import`` write a network layer by layer. Behind
+an object store, what a writer asks one request at a time costs a wait each (S3: tens of milliseconds before an
+answer), whatever its size. This serves moto's S3 API on 127.0.0.1 (``tests/support/s3.py``), answering each request
+``--wait-ms`` late, and in a child process per ``--tree`` version (its tree first on ``PYTHONPATH``):
 
-    python benchmarks/bench_plan_writes.py STORE --tree before=/tmp/before --tree after=. [--wait-ms 0,30]
+- writes the part plan of ``STORE`` (local) under a block partition of ``--parts`` parts to ``s3://nets/...``, as the
+  engine's ``plan-l{k}`` tasks do (:func:`dasknn.engine.tasks.write_part_plan_layer`, one layer after another, as
+  one worker thread runs them), and to a local folder; every layer written is read back
+  (``PlanStore.part_layer``) and compared with the local plan;
+- writes ``STORE``'s first ``--layers`` layers as a network of their own (``store.write_network``), to S3 and to a
+  local folder, and reads every layer back from S3 to compare.
+
+The rounds alternate the versions so the machine's load falls on both alike.
+
+    python benchmarks/bench_store_writes.py STORE --tree before=/tmp/before --tree after=. [--wait-ms 0,30]
         [--layers 10] [--parts 2] [--rounds 2]
 """
 
@@ -44,12 +50,14 @@ def block_owners(layers: int, neurons: int, parts: int):
 
 
 def child(store: str, url: str, layers: int, parts: int) -> None:
-    """Write ``layers`` layers of the plan at ``url`` and locally; print the seconds and whether they agree."""
+    """Write ``layers`` layers of the plan at ``url`` and locally, then as many of the network's layers; print the
+    seconds and whether what was written reads back equal."""
     import numpy as np
 
     import dasknn
     from dasknn.engine.tasks import write_part_plan_layer
-    from dasknn.store import PlanStore, create_plan_store, finish_plan_store, open_store
+    from dasknn.network import Network
+    from dasknn.store import PlanStore, create_plan_store, finish_plan_store, open_store, write_network
 
     print(f"dasknn from {dasknn.__file__}", flush=True)
     network = open_store(store, check="metadata")
@@ -75,7 +83,18 @@ def child(store: str, url: str, layers: int, parts: int) -> None:
         written, made = PlanStore(url), PlanStore(local)
         same = all(_equal(written.part_layer(q, k, "float32"), made.part_layer(q, k, "float32"))
                    for k in range(1, depth + 1) for q in range(parts))
-    print(ROW_MARK + json.dumps({"start_s": start_s, "layer_ms": layer_ms, "local_ms": local_ms, "same": same}),
+        # the network's first layers as a network of their own, written whole to S3 and to a local folder
+        first = Network([network.layer(k) for k in range(1, depth + 1)], network.bias)
+        times = {}
+        for where in (f"{url.removesuffix('.zarr')}-network.zarr", str(Path(tmp) / "network.zarr")):
+            t0 = time.perf_counter()
+            write_network(where, first)
+            times[where] = (time.perf_counter() - t0) / depth * 1e3
+            back = open_store(where, check="metadata")
+            same = same and all((back.layer(k) != first.layers[k - 1]).nnz == 0 for k in range(1, depth + 1))
+    network_ms, network_local_ms = times.values()
+    print(ROW_MARK + json.dumps({"start_s": start_s, "layer_ms": layer_ms, "local_ms": local_ms,
+                                 "network_ms": network_ms, "network_local_ms": network_local_ms, "same": same}),
           flush=True)
 
 
@@ -105,7 +124,7 @@ def main() -> None:
         return
     from s3 import BUCKET, environment, moto_server
 
-    trees = named_trees(args, "bench_plan_writes")
+    trees = named_trees(args, "bench_store_writes")
     started = datetime.now(timezone.utc)
     waits = [float(w) for w in args.wait_ms.split(",")]
     rows: dict[tuple[str, float], list[dict]] = {}
@@ -127,17 +146,18 @@ def main() -> None:
                             print(f"  {name}: {line}", flush=True)
     print(f"\n{started:%Y-%m-%d %H:%M}-{datetime.now(timezone.utc):%H:%M} UTC, {platform.node()}, store {store}, "
           f"K = {args.parts}, {args.layers} layers a round, {args.rounds} rounds (medians)")
-    print("| wait a request, ms | version | start the plan, s | a layer, ms | a layer to a local folder, ms | read "
-          "back equal | each / the first version's |")
-    print("|--:|---|--:|--:|--:|---|---|")
+    print("| wait a request, ms | version | start the plan, s | a plan layer, ms | the same to a local folder, ms | "
+          "a network layer, ms | the same to a local folder, ms | read back equal | each / the first version's |")
+    print("|--:|---|--:|--:|--:|--:|--:|---|---|")
+    keys = ("start_s", "layer_ms", "local_ms", "network_ms", "network_local_ms")
     for wait in waits:
         first = None
         for name, _ in trees:
             got = rows[(name, wait)]
-            figures = [median([r[key] for r in got]) for key in ("start_s", "layer_ms", "local_ms")]
+            figures = [median([r[key] for r in got]) for key in keys]
             first = first or figures
-            print(f"| {wait:g} | {name} | {figures[0]:.2f} | {figures[1]:.1f} | {figures[2]:.1f} | "
-                  f"{all(r['same'] for r in got)} | {ratios_to(figures, first)} |")
+            print(f"| {wait:g} | {name} | {figures[0]:.2f} | " + " | ".join(f"{x:.1f}" for x in figures[1:])
+                  + f" | {all(r['same'] for r in got)} | {ratios_to(figures, first)} |")
 
 
 if __name__ == "__main__":
