@@ -12,7 +12,9 @@ answer), whatever its size. This serves moto's S3 API on 127.0.0.1 (``tests/supp
   one worker thread runs them), and to a local folder; every layer written is read back
   (``PlanStore.part_layer``) and compared with the local plan;
 - writes ``STORE``'s first ``--layers`` layers as a network of their own (``store.write_network``), to S3 and to a
-  local folder, and reads every layer back from S3 to compare.
+  local folder, and reads every layer back from S3 to compare;
+- writes as many chunks of a run's results with their activations (``--results`` with ``--activations``: 1,000
+  images a chunk, a twentieth of their activations nonzero), to S3 and to a local folder, and reads them back.
 
 The rounds alternate the versions so the machine's load falls on both alike.
 
@@ -53,11 +55,13 @@ def child(store: str, url: str, layers: int, parts: int) -> None:
     """Write ``layers`` layers of the plan at ``url`` and locally, then as many of the network's layers; print the
     seconds and whether what was written reads back equal."""
     import numpy as np
+    import scipy.sparse as sp
 
     import dasknn
     from dasknn.engine.tasks import write_part_plan_layer
     from dasknn.network import Network
-    from dasknn.store import PlanStore, create_plan_store, finish_plan_store, open_store, write_network
+    from dasknn.store import (PlanStore, create_plan_store, finish_plan_store, open_results, open_store,
+                              read_activations, write_chunk_result, write_network)
 
     print(f"dasknn from {dasknn.__file__}", flush=True)
     network = open_store(store, check="metadata")
@@ -92,9 +96,25 @@ def child(store: str, url: str, layers: int, parts: int) -> None:
             times[where] = (time.perf_counter() - t0) / depth * 1e3
             back = open_store(where, check="metadata")
             same = same and all((back.layer(k) != first.layers[k - 1]).nnz == 0 for k in range(1, depth + 1))
-    network_ms, network_local_ms = times.values()
+        network_ms, network_local_ms = times.values()
+        # --results with --activations: a chunk's categories and its images' final activations, chunk by chunk
+        chunk, neurons = 1000, network.neurons
+        bounds = [(c * chunk, (c + 1) * chunk) for c in range(depth)]
+        run = {"network": store, "inputs": store, "images": depth * chunk, "dtype": "float32", "chunks": bounds}
+        rng = np.random.default_rng(0)
+        kept = [sp.random(chunk, neurons, density=0.05, format="csr", dtype=np.float32, random_state=rng)
+                for _ in bounds]
+        for where in (f"{url.removesuffix('.zarr')}-results.zarr", str(Path(tmp) / "results.zarr")):
+            open_results(where, run, resume=False, activations=True)
+            t0 = time.perf_counter()
+            for c, (a, b) in enumerate(bounds):
+                write_chunk_result(where, c, np.arange(a, b), kept[c])
+            times[where] = (time.perf_counter() - t0) / depth * 1e3
+            same = same and (read_activations(where) != sp.vstack(kept)).nnz == 0
+        results_ms, results_local_ms = list(times.values())[2:]
     print(ROW_MARK + json.dumps({"start_s": start_s, "layer_ms": layer_ms, "local_ms": local_ms,
-                                 "network_ms": network_ms, "network_local_ms": network_local_ms, "same": same}),
+                                 "network_ms": network_ms, "network_local_ms": network_local_ms,
+                                 "results_ms": results_ms, "results_local_ms": results_local_ms, "same": same}),
           flush=True)
 
 
@@ -147,9 +167,10 @@ def main() -> None:
     print(f"\n{started:%Y-%m-%d %H:%M}-{datetime.now(timezone.utc):%H:%M} UTC, {platform.node()}, store {store}, "
           f"K = {args.parts}, {args.layers} layers a round, {args.rounds} rounds (medians)")
     print("| wait a request, ms | version | start the plan, s | a plan layer, ms | the same to a local folder, ms | "
-          "a network layer, ms | the same to a local folder, ms | read back equal | each / the first version's |")
-    print("|--:|---|--:|--:|--:|--:|--:|---|---|")
-    keys = ("start_s", "layer_ms", "local_ms", "network_ms", "network_local_ms")
+          "a network layer, ms | the same to a local folder, ms | a results chunk, ms | the same to a local folder, "
+          "ms | read back equal | each / the first version's |")
+    print("|--:|---|--:|--:|--:|--:|--:|--:|--:|---|---|")
+    keys = ("start_s", "layer_ms", "local_ms", "network_ms", "network_local_ms", "results_ms", "results_local_ms")
     for wait in waits:
         first = None
         for name, _ in trees:

@@ -12,7 +12,7 @@ import zarr
 
 from ..errors import DasknnError
 from ..locations import Location, as_location, child_names, exists, join, remove
-from .common import VERSION, WRITE_ALL, check_array, codecs, open_group
+from .common import VERSION, WRITE_ALL, NewArray, check_array, codecs, create_together, open_group
 
 RESULTS_FORMAT = "dasknn-results"
 
@@ -64,14 +64,12 @@ def write_chunk_result(path: str, chunk: int, ids: np.ndarray, activations: sp.s
     remove(join(as_location(path), "activations", f"chunk-{chunk}"))
     if activations is not None:
         rows = sp.csr_matrix(activations)
-        group = root["activations"].require_group(f"chunk-{chunk}")  # made by open_results
-        for name, a in (("ids", ids), ("indptr", rows.indptr.astype(np.int64)),
-                        ("indices", rows.indices.astype(np.int32)), ("values", rows.data)):
-            arr = group.create_array(name, shape=a.shape, chunks=(max(1, a.size),), dtype=a.dtype,
-                                     compressors=codecs(), overwrite=True, config=WRITE_ALL)
-            if a.size:
-                arr[:] = a
-        group.attrs["neurons"] = int(rows.shape[1])
+        # the chunk's group (under "activations", made by open_results) and its four arrays side by side
+        under = f"activations/chunk-{chunk}"
+        create_together(root, {under: {"neurons": int(rows.shape[1])}},
+                        [NewArray(f"{under}/{name}", a, max(1, a.size)) for name, a in (
+                            ("ids", ids), ("indptr", rows.indptr.astype(np.int64)),
+                            ("indices", rows.indices.astype(np.int32)), ("values", rows.data))])
     arr = root.create_array(f"chunk-{chunk}", shape=ids.shape, chunks=(max(1, ids.size),), dtype=np.int64,
                             compressors=codecs(), overwrite=True, config=WRITE_ALL)
     if ids.size:
