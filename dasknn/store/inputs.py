@@ -17,9 +17,9 @@ from .common import (
     FORMAT,
     INPUTS_FORMAT,
     VERSION,
-    WRITE_ALL,
+    NewArray,
     check_array,
-    codecs,
+    create_together,
     discard,
     has_group,
     location,
@@ -30,7 +30,7 @@ from .common import (
     staging,
     store_dtype,
 )
-from .sparse import Sparse, write_sparse
+from .sparse import Sparse, sparse_arrays, sparse_attributes
 
 class Inputs:
     """The input images of a store (``images x N``, CSR by image), read lazily by blocks of images."""
@@ -98,24 +98,22 @@ def write_inputs(
     m.sort_indices()
     if m.shape[1] != neurons:
         raise DasknnError(f"the inputs have {m.shape[1]} pixels per image, the network {neurons} neurons")
-    if "inputs" in root:
-        del root["inputs"]
-    g = root.create_group("inputs")
     m.data = m.data.astype(store_dtype(m.data), copy=False)
-    write_sparse(g, "CSR", m)
+    attributes = sparse_attributes("CSR", m)
+    arrays = sparse_arrays(m, "inputs")
     for name, t in (("truth", truth), ("truth_float32", truth_float32)):
         if t is None:
             continue
         t = np.asarray(t, dtype=np.int64)
         if t.size and (t.min() < 0 or t.max() >= m.shape[0]):
             raise DasknnError(f"truth names an image outside 1..{m.shape[0]}")
-        chunk = max(1, min(common.CHUNK_ENTRIES, t.size))
-        arr = g.create_array(name, shape=t.shape, chunks=(chunk,), dtype=np.int64, compressors=codecs(),
-                             config=WRITE_ALL)
-        if t.size:
-            arr[:] = t
+        arrays.append(NewArray(f"inputs/{name}", t, max(1, min(common.CHUNK_ENTRIES, t.size))))
         # the count kept apart from the array's metadata: a shrunken shape would otherwise drop categories unseen
-        g.attrs[f"{name}_count"] = int(t.size)
+        attributes[f"{name}_count"] = int(t.size)
+    if "inputs" in root:
+        del root["inputs"]
+    # the group with its attributes, then the images' three arrays and the truths side by side
+    create_together(root, {"inputs": attributes}, arrays)
 
 
 def open_inputs(path: str | os.PathLike[str], check: str = "metadata") -> Inputs:

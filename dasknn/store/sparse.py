@@ -14,8 +14,7 @@ import zarr
 
 from ..errors import DasknnError
 from . import common
-from .common import (NewArray, array_problems, create_together, is_url, open_each, raised, read_together,
-                     remote_error_line)
+from .common import (NewArray, array_problems, is_url, open_each, raised, read_together, remote_error_line)
 
 def _binsparse(fmt: str, shape: tuple[int, int], nnz: int, values: np.dtype) -> dict[str, Any]:
     return {
@@ -28,7 +27,8 @@ def _binsparse(fmt: str, shape: tuple[int, int], nnz: int, values: np.dtype) -> 
 
 
 def sparse_arrays(m: sp.csc_matrix | sp.csr_matrix, under: str = "") -> list[NewArray]:
-    """The three arrays of ``m`` as a binsparse group ``under`` holds them, with their chunks' lengths."""
+    """The three arrays of ``m`` as a binsparse group ``under`` holds them, with their chunks' lengths: written
+    with the group's :func:`sparse_attributes` by :func:`~dasknn.store.common.create_together`."""
     # the chunk sizes are read from common at each call: a test shrinks them there
     nnz = int(m.nnz)
     prefix = f"{under}/" if under else ""
@@ -39,16 +39,9 @@ def sparse_arrays(m: sp.csc_matrix | sp.csr_matrix, under: str = "") -> list[New
             NewArray(f"{prefix}values", m.data, max(1, min(common.CHUNK_ENTRIES, nnz)))]
 
 
-def sparse_attributes(fmt: str, m: sp.csc_matrix | sp.csr_matrix, extra: dict | None = None) -> dict[str, Any]:
-    """The attributes of the binsparse ``fmt`` group that holds ``m``, with ``extra`` ones."""
-    return {"binsparse": _binsparse(fmt, m.shape, int(m.nnz), m.data.dtype), **(extra or {})}
-
-
-def write_sparse(group: zarr.Group, fmt: str, m: sp.csc_matrix | sp.csr_matrix, extra: dict | None = None) -> None:
-    """Write ``m`` into ``group`` as a binsparse ``fmt`` ("CSC" or "CSR") matrix, with ``extra`` attributes (its
-    three arrays side by side: :func:`~dasknn.store.common.create_together`)."""
-    create_together(group, {}, sparse_arrays(m))
-    group.attrs.update(sparse_attributes(fmt, m, extra))
+def sparse_attributes(fmt: str, m: sp.csc_matrix | sp.csr_matrix) -> dict[str, Any]:
+    """The attributes of the binsparse ``fmt`` ("CSC" or "CSR") group that holds ``m``."""
+    return {"binsparse": _binsparse(fmt, m.shape, int(m.nnz), m.data.dtype)}
 
 
 #: A stored matrix's arrays, in its group (what :meth:`Sparse.from_nodes` takes after the group itself).
